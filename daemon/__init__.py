@@ -1,0 +1,1 @@
+"""Everything that runs on a node: the specd daemon and the shard runtime."""

@@ -1,0 +1,1 @@
+"""Shard runtime: lean model runner, KV cache, samplers, proposers, the speculative engine."""

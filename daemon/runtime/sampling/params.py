@@ -1,0 +1,42 @@
+"""Per-request sampling parameters, validated at the edge."""
+
+from dataclasses import dataclass, field
+
+from daemon.runtime.errors import RequestError
+
+MAX_STOP_STRINGS = 16
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """How one request samples. `temperature == 0` means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k truncation
+    max_tokens: int = 128
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # stop strings, matched on the decoded text
+    seed: int | None = None
+    ignore_eos: bool = False
+    extra_eos_token_ids: tuple[int, ...] = field(default=(), repr=False)  # from the tokenizer
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 100.0:
+            raise RequestError(f"temperature must be in [0, 100], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise RequestError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise RequestError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if self.max_tokens < 1:
+            raise RequestError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
+        if any(s == "" for s in self.stop):
+            raise RequestError("stop strings must not be empty")
+        if any(t < 0 for t in self.stop_token_ids):
+            raise RequestError(f"stop_token_ids must be >= 0, got {list(self.stop_token_ids)}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0

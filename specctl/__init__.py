@@ -1,0 +1,1 @@
+"""specctl: speculative decoding across unequal GPU machines."""
