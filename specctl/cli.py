@@ -2,16 +2,28 @@
 and is imported only when run, so `specctl --help` stays fast and the headless core never
 imports textual."""
 
+import sys
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
     help="specctl: speculative decoding across unequal GPU machines.",
 )
 
 
-@app.command("init", help="Create the cluster token (0600) and print how to install it on each node.")
+def fail(message: str, code: int = 2) -> None:
+    """Print a user-facing error (no traceback) and exit."""
+    print(f"specctl: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@app.command(
+    "init", help="Create the cluster token (0600) and print how to install it on each node."
+)
 def init_command(
     token_file: str = typer.Option(
         "~/.config/specctl/cluster.token", "--token-file", help="Where to write the token."
@@ -21,6 +33,77 @@ def init_command(
     from specctl.commands.init import run_init
 
     run_init(token_file=token_file, force=force)
+
+
+@app.command("generate", help="Generate on this machine, speculatively with --draft or --ngram.")
+def generate_command(
+    target: Path = typer.Option(..., "--target", help="Target (verifier) model directory."),
+    draft: Path | None = typer.Option(None, "--draft", help="Draft model directory."),
+    ngram: bool = typer.Option(False, "--ngram", help="Propose by n-gram / prompt lookup."),
+    prompt: list[str] | None = typer.Option(None, "--prompt", help="Prompt text (repeatable)."),
+    prompt_file: Path | None = typer.Option(
+        None, "--prompt-file", help='One prompt per line, or .jsonl with a "prompt" field.'
+    ),
+    max_tokens: int = typer.Option(128, "--max-tokens"),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 means greedy."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k", help="0 disables top-k."),
+    seed: int | None = typer.Option(None, "--seed"),
+    stop: list[str] | None = typer.Option(None, "--stop", help="Stop string (repeatable)."),
+    stop_token_id: list[int] | None = typer.Option(None, "--stop-token-id", help="Repeatable."),
+    num_speculative_tokens: int | None = typer.Option(
+        None, "--num-speculative-tokens", "-k", help="Fixed k (or the ceiling with --adaptive)."
+    ),
+    adaptive: bool = typer.Option(False, "--adaptive", help="Choose k per sequence and round."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto|float32|bfloat16|float16"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos"),
+    max_batch_size: int = typer.Option(16, "--max-batch-size"),
+    backend: str = typer.Option("auto", "--backend", help="auto|lean|hf"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per prompt."),
+) -> None:
+    from daemon.runtime.errors import SpecError
+    from specctl.commands.generate import GenerateOptions, read_prompts, run_generate
+
+    try:
+        opts = GenerateOptions(
+            target=target,
+            draft=draft,
+            ngram=ngram,
+            prompts=read_prompts(prompt, prompt_file),
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            stop=tuple(stop or ()),
+            stop_token_ids=tuple(stop_token_id or ()),
+            num_speculative_tokens=num_speculative_tokens,
+            adaptive=adaptive,
+            dtype=dtype,
+            ignore_eos=ignore_eos,
+            max_batch_size=max_batch_size,
+            backend=backend,
+            as_json=as_json,
+        )
+        run_generate(opts)
+    except SpecError as exc:
+        fail(str(exc))
+
+
+@app.command("demo", help="The main job: speculative generation on the bundled demo pair.")
+def demo_command(
+    num_prompts: int = typer.Option(4, "--num-prompts", help="Held-out code prompts to run."),
+    max_tokens: int = typer.Option(64, "--max-tokens"),
+    k: int = typer.Option(4, "--num-speculative-tokens", "-k"),
+    dtype: str = typer.Option("float32", "--dtype"),
+) -> None:
+    from daemon.runtime.errors import SpecError
+    from specctl.commands.demo import run_demo
+
+    try:
+        run_demo(num_prompts, max_tokens, k, dtype)
+    except SpecError as exc:
+        fail(str(exc))
 
 
 def main() -> None:

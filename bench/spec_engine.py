@@ -1,0 +1,100 @@
+"""Run specctl's own engine on a workload: target-only, fixed-k and adaptive speculation.
+
+The target and draft are loaded once; every configuration builds a fresh SpecEngine over the
+same models, so the comparison is side by side in one process.
+"""
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from daemon.runtime.engine.builder import check_same_vocabulary, eos_token_ids, load_tokenizer
+from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.engine.engine import SpecEngine
+from daemon.runtime.engine.request import Request
+from daemon.runtime.model import load_model
+from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.proposers.draft_model import DraftModelProposer
+from daemon.runtime.sampling.params import SamplingParams
+
+
+@dataclass(slots=True)
+class RunResult:
+    engine: str  # "specctl"
+    mode: str  # "target-only" | "spec k=4" | "spec adaptive"
+    concurrency: int
+    num_requests: int
+    num_tokens: int
+    wall_s: float
+    tokens_per_s: float
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    num_rounds: int
+    draft_time_s: float
+    verify_time_s: float
+    prefill_time_s: float
+    overhead_per_round_ms: float
+    output_token_ids: list[list[int]]
+
+    def summary(self) -> dict[str, object]:
+        data = asdict(self)
+        data.pop("output_token_ids")
+        return data
+
+
+class SpecBench:
+    """Holds the loaded pair; `run` measures one configuration at one concurrency."""
+
+    def __init__(self, target_dir: Path, draft_dir: Path, dtype: str, max_batch: int) -> None:
+        self.tokenizer = load_tokenizer(target_dir)
+        check_same_vocabulary(target_dir, draft_dir, self.tokenizer)
+        self.eos = eos_token_ids(target_dir, self.tokenizer)
+        self.target: CausalLM = load_model(target_dir, dtype=dtype, num_slots=max_batch)
+        self.draft: CausalLM = load_model(
+            draft_dir, dtype=dtype, num_slots=max_batch, max_model_len=self.target.max_model_len
+        )
+
+    def engine(self, concurrency: int, k: int, adaptive: bool) -> SpecEngine:
+        proposer = DraftModelProposer(self.draft) if k > 0 else None
+        config = EngineConfig(
+            max_batch_size=concurrency, num_speculative_tokens=k, adaptive=adaptive
+        )
+        return SpecEngine(self.target, proposer, config, eos_token_ids=self.eos)
+
+    def run(
+        self,
+        mode: str,
+        prompts: list[list[int]],
+        max_tokens: int,
+        concurrency: int,
+        k: int = 0,
+        adaptive: bool = False,
+    ) -> RunResult:
+        """Greedy, EOS ignored, so every configuration generates exactly the same tokens."""
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        self.engine(concurrency, k, adaptive).generate([Request("warmup", prompts[0], params)])
+        engine = self.engine(concurrency, k, adaptive)
+        requests = [Request(f"r{i}", p, params) for i, p in enumerate(prompts)]
+        start = time.perf_counter()
+        outputs = engine.generate(requests)
+        wall_s = time.perf_counter() - start
+        stats = engine.stats
+        num_tokens = sum(len(o.token_ids) for o in outputs)
+        speculated = stats.num_draft_tokens > 0
+        return RunResult(
+            engine="specctl",
+            mode=mode,
+            concurrency=concurrency,
+            num_requests=len(prompts),
+            num_tokens=num_tokens,
+            wall_s=wall_s,
+            tokens_per_s=num_tokens / wall_s,
+            acceptance_rate=stats.acceptance_rate if speculated else None,
+            mean_acceptance_length=stats.mean_acceptance_length if speculated else None,
+            num_rounds=stats.num_rounds,
+            draft_time_s=stats.draft_time_s,
+            verify_time_s=stats.verify_time_s,
+            prefill_time_s=stats.prefill_time_s,
+            overhead_per_round_ms=1000 * stats.overhead_time_s / max(stats.num_rounds, 1),
+            output_token_ids=[o.token_ids for o in outputs],
+        )

@@ -1,0 +1,128 @@
+"""Build an engine from model directories: load, check the pair, wire the proposer."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.engine.engine import SpecEngine
+from daemon.runtime.errors import IncompatibleModelsError, ModelLoadError
+from daemon.runtime.model import load_model
+from daemon.runtime.proposers.base import Proposer
+from daemon.runtime.proposers.draft_model import DraftModelProposer
+from daemon.runtime.proposers.ngram import NgramProposer
+
+
+@dataclass(slots=True)
+class EngineSpec:
+    target: Path
+    draft: Path | None = None
+    ngram: bool = False
+    dtype: str = "auto"
+    device: str = "cpu"
+    backend: str = "auto"  # "auto" | "lean" | "hf"
+    max_model_len: int | None = None
+    engine: EngineConfig | None = None
+
+
+@dataclass(slots=True)
+class BuiltEngine:
+    engine: SpecEngine
+    tokenizer: Any  # a transformers tokenizer
+
+
+def build_engine(spec: EngineSpec) -> BuiltEngine:
+    """Load the tokenizer first (cheap, and the vocabulary check needs it), then the models."""
+    if spec.draft is not None and spec.ngram:
+        raise ModelLoadError("choose one proposer: a draft model or n-gram lookup, not both")
+    config = spec.engine or EngineConfig()
+    tokenizer = load_tokenizer(spec.target)
+    if spec.draft is not None:
+        check_same_vocabulary(spec.target, spec.draft, tokenizer)
+    target = load_model(
+        spec.target,
+        dtype=spec.dtype,
+        device=spec.device,
+        num_slots=config.max_batch_size,
+        max_model_len=spec.max_model_len,
+        backend=spec.backend,
+    )
+    proposer: Proposer | None = None
+    if spec.draft is not None:
+        draft = load_model(
+            spec.draft,
+            dtype=spec.dtype,
+            device=spec.device,
+            num_slots=config.max_batch_size,
+            max_model_len=target.max_model_len,
+            backend=spec.backend,
+        )
+        proposer = DraftModelProposer(draft, sparse_top_k=config.draft_sparse_top_k)
+    elif spec.ngram:
+        proposer = NgramProposer()
+    engine = SpecEngine(
+        target,
+        proposer,
+        config,
+        eos_token_ids=eos_token_ids(spec.target, tokenizer),
+        detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+    )
+    return BuiltEngine(engine=engine, tokenizer=tokenizer)
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    if not (model_dir / "config.json").is_file():
+        raise ModelLoadError(f"{model_dir}: not a model directory (no config.json)")
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{model_dir}: cannot load a tokenizer ({exc})") from exc
+
+
+def check_same_vocabulary(target_dir: Path, draft_dir: Path, target_tokenizer: Any) -> None:
+    """The verifier can only judge drafts written in its own vocabulary."""
+    draft_tokenizer = load_tokenizer(draft_dir)
+    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
+        raise IncompatibleModelsError(
+            f"draft {draft_dir} and target {target_dir} have different vocabularies "
+            f"({len(draft_tokenizer)} vs {len(target_tokenizer)} tokens); "
+            "speculative decoding needs the same tokenizer"
+        )
+    target_vocab = _config(target_dir).get("vocab_size")
+    draft_vocab = _config(draft_dir).get("vocab_size")
+    if target_vocab != draft_vocab:
+        raise IncompatibleModelsError(
+            f"draft {draft_dir} has vocab_size {draft_vocab} but target {target_dir} has "
+            f"{target_vocab} in config.json"
+        )
+
+
+def eos_token_ids(model_dir: Path, tokenizer: Any) -> set[int]:
+    """EOS ids from generation_config.json, config.json and the tokenizer, merged."""
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        value = _json(model_dir / name).get("eos_token_id")
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(v for v in value if isinstance(v, int))
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def _config(model_dir: Path) -> dict[str, Any]:
+    return _json(model_dir / "config.json")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from exc
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,27 @@
+"""Engine settings, checked when built."""
+
+from dataclasses import dataclass
+
+MAX_SPECULATIVE_TOKENS = 16
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    max_batch_size: int = 16  # running sequences (KV-cache slots)
+    num_speculative_tokens: int = 4  # k in fixed mode; the ceiling in adaptive mode
+    adaptive: bool = False
+    draft_sparse_top_k: int = 32  # support of the sampled draft's proposal sent to the verifier
+    max_prefill_tokens: int = 8192  # prompt tokens prefilled together in one padded pass
+
+    def __post_init__(self) -> None:
+        from daemon.runtime.errors import RequestError
+
+        if self.max_batch_size < 1:
+            raise RequestError(f"max batch size must be >= 1, got {self.max_batch_size}")
+        if not 0 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+            raise RequestError(
+                f"num_speculative_tokens must be in [0, {MAX_SPECULATIVE_TOKENS}], "
+                f"got {self.num_speculative_tokens}"
+            )
+        if self.draft_sparse_top_k < 1:
+            raise RequestError(f"draft sparse top-k must be >= 1, got {self.draft_sparse_top_k}")

@@ -1,0 +1,97 @@
+"""Speculation-length controller: how many tokens to draft, per sequence and per round.
+
+Adaptive mode picks the round's K that maximises expected emitted tokens per second,
+
+    sum_b E_b(min(K, cap_b))  /  (K * draft_step_cost(B) + verify_cost(B, K + 1)),
+
+against plain decoding (K = 0: B tokens per verify_cost(B, 1)), from measured per-position
+acceptance (per sequence, shrunk towards the engine-wide estimate) and measured costs at the
+current batch size. Where speculation does not pay, K = 0: the round is plain decoding. A
+round of speculation is tried now and then while K = 0 so that the estimates stay current.
+"""
+
+from dataclasses import dataclass, field
+
+from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
+from daemon.runtime.engine.cost_model import CostModel
+
+PRIOR_WEIGHT = 4.0  # pseudo-observations of the engine-wide estimate in a sequence's estimate
+INITIAL_ALPHA = 0.6  # before anything is measured: optimistic enough to try speculation
+MIN_ACCEPT_PROB = 0.02  # a sequence stops drafting at positions less likely than this
+EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
+
+
+@dataclass(slots=True)
+class ControllerConfig:
+    max_k: int = 8
+    adaptive: bool = True
+    fixed_k: int = 4  # used when not adaptive
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.fixed_k <= self.max_k:
+            raise ValueError(f"fixed k must be in [0, {self.max_k}], got {self.fixed_k}")
+
+
+@dataclass(slots=True)
+class SpeculationController:
+    config: ControllerConfig
+    costs: CostModel = field(default_factory=CostModel)
+    global_estimate: AcceptanceEstimate = field(init=False)
+    _rounds_without_spec: int = 0
+
+    def __post_init__(self) -> None:
+        self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=0.98)
+
+    def new_estimate(self) -> AcceptanceEstimate:
+        return AcceptanceEstimate(self.config.max_k)
+
+    def choose(self, estimates: list[AcceptanceEstimate], limits: list[int]) -> list[int]:
+        """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate)."""
+        if not self.config.adaptive:
+            return [min(self.config.fixed_k, limit) for limit in limits]
+        probs = [accept_probs(e.alphas(self._prior(), PRIOR_WEIGHT)) for e in estimates]
+        caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
+        best_k = self._best_k(probs, caps)
+        if best_k == 0 and max(caps, default=0) > 0:
+            self._rounds_without_spec += 1
+            if self._rounds_without_spec >= EXPLORE_EVERY:
+                self._rounds_without_spec = 0
+                best_k = 1
+        else:
+            self._rounds_without_spec = 0
+        return [min(best_k, cap) for cap in caps]
+
+    def observe(self, estimate: AcceptanceEstimate, num_drafted: int, num_accepted: int) -> None:
+        estimate.update(num_drafted, num_accepted)
+        self.global_estimate.update(num_drafted, num_accepted)
+
+    def _prior(self) -> list[float]:
+        flat = [INITIAL_ALPHA] * self.config.max_k
+        return self.global_estimate.alphas(flat, PRIOR_WEIGHT)
+
+    def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
+        batch = len(probs)
+        if not self.costs.has_verify(batch, 1):
+            # Measure both ends at each batch size before trusting the model: a speculative
+            # round first (when nothing is known), then a plain one.
+            return max(caps, default=0) if not self.costs.has_bucket(batch) else 0
+        plain = self.costs.verify_cost(batch, 1)
+        assert plain is not None
+        best_k, best_rate = 0, batch / max(plain, 1e-9)
+        draft_step = self.costs.draft_cost(batch)
+        for k in range(1, max(caps, default=0) + 1):
+            tokens = sum(
+                expected_tokens(p, min(k, cap)) for p, cap in zip(probs, caps, strict=True)
+            )
+            verify = self.costs.verify_cost(batch, k + 1)
+            assert verify is not None
+            rate = tokens / max(k * draft_step + verify, 1e-9)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
+
+
+def _useful_len(probs: list[float]) -> int:
+    """Drafting stops at the first position whose acceptance chance is negligible (>= 1)."""
+    useful = sum(1 for p in probs if p >= MIN_ACCEPT_PROB)
+    return max(1, useful)

@@ -1,0 +1,203 @@
+"""The speculative decoding engine: continuous batching around draft -> verify rounds."""
+
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+
+from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
+from daemon.runtime.engine.prefill import prefill
+from daemon.runtime.engine.request import Request, RequestOutput
+from daemon.runtime.engine.scheduler import Scheduler
+from daemon.runtime.engine.sequence import Sequence
+from daemon.runtime.engine.stats import EngineStats, RoundStats
+from daemon.runtime.engine.stop import StopChecker
+from daemon.runtime.engine.verify import verify
+from daemon.runtime.errors import RequestError
+from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.proposers.base import Proposals, Proposer, ProposeRequest, empty_proposals
+
+Detokenize = Callable[[list[int]], str]
+
+
+class SpecEngine:
+    """Owns the truth: the batch, the target's KV cache, the sampling.
+
+    Each `step()` admits waiting requests into free slots (prefilling them), then runs one
+    round over the running batch: choose k per sequence, propose, verify, commit, retire.
+    """
+
+    def __init__(
+        self,
+        target: CausalLM,
+        proposer: Proposer | None,
+        config: EngineConfig,
+        eos_token_ids: Iterable[int] = (),
+        detokenize: Detokenize | None = None,
+    ) -> None:
+        if config.max_batch_size > target.num_slots:
+            raise RequestError(
+                f"max batch size {config.max_batch_size} exceeds the model's "
+                f"{target.num_slots} KV-cache slots"
+            )
+        self.target = target
+        self.proposer = proposer
+        self.config = config
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.detokenize = detokenize
+        self.scheduler = Scheduler(config.max_batch_size)
+        k = config.num_speculative_tokens if proposer is not None else 0
+        self.controller = SpeculationController(
+            ControllerConfig(max_k=k, adaptive=config.adaptive, fixed_k=k)
+        )
+        self.stats = EngineStats()
+        self.last_round = RoundStats()
+        self._request_ids: set[str] = set()
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        """Queue a request; invalid ones raise RequestError and leave the engine untouched."""
+        if request.request_id in self._request_ids:
+            raise RequestError(f"request id {request.request_id!r} is already in use")
+        num_prompt = len(request.prompt_token_ids)
+        if num_prompt == 0:
+            raise RequestError(f"request {request.request_id!r}: the prompt is empty")
+        if num_prompt >= self.target.max_model_len:
+            raise RequestError(
+                f"request {request.request_id!r}: the prompt has {num_prompt} tokens but the "
+                f"context holds {self.target.max_model_len} (prompt plus at least one new token)"
+            )
+        vocab = self.target.vocab_size
+        bad = [t for t in request.prompt_token_ids if not 0 <= t < vocab]
+        if bad:
+            raise RequestError(
+                f"request {request.request_id!r}: prompt token ids {bad[:5]} are outside "
+                f"the vocabulary [0, {vocab})"
+            )
+        self._request_ids.add(request.request_id)
+        self.scheduler.add(request)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work
+
+    def generate(self, requests: Iterable[Request]) -> list[RequestOutput]:
+        """Run requests to completion; outputs in the order of the requests."""
+        order = []
+        for req in requests:
+            self.add_request(req)
+            order.append(req.request_id)
+        done: dict[str, RequestOutput] = {}
+        while self.has_unfinished():
+            for out in self.step():
+                done[out.request_id] = out
+        return [done[rid] for rid in order]
+
+    # -- one step ---------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Admit, run one round, and return the requests that finished in it."""
+        stats = RoundStats()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            self._admit(stats)
+            running = [s for s in self.scheduler.running if not s.is_finished]
+            if running:
+                self._round(running, stats)
+        finished = self._retire()
+        stats.step_time_s = time.perf_counter() - start
+        self.last_round = stats
+        self.stats.add(stats)
+        return finished
+
+    def _admit(self, stats: RoundStats) -> None:
+        new: list[Sequence] = []
+        while self.scheduler.can_admit():
+            request, slot = self.scheduler.admit()
+            new.append(self._new_sequence(request, slot))
+        if not new:
+            return
+        t0 = time.perf_counter()
+        prefill(self.target, new, self.config.max_prefill_tokens)
+        if self.proposer is not None:
+            self.proposer.admit(
+                [s.slot for s in new], [list(s.request.prompt_token_ids) for s in new]
+            )
+        stats.prefill_time_s = time.perf_counter() - t0
+        stats.num_prefill_seqs = len(new)
+        stats.num_prefill_tokens = sum(s.num_prompt_tokens for s in new)
+        for seq in new:
+            self.scheduler.start(seq)
+
+    def _new_sequence(self, request: Request, slot: int) -> Sequence:
+        stop = StopChecker(
+            params=request.params,
+            eos_token_ids=self.eos_token_ids,
+            max_total_len=self.target.max_model_len,
+            detokenize=self.detokenize,
+        )
+        return Sequence(request, slot, stop, self.controller.new_estimate())
+
+    def _round(self, seqs: list[Sequence], stats: RoundStats) -> None:
+        ks = self.controller.choose([s.acceptance for s in seqs], [self._k_limit(s) for s in seqs])
+        proposals = self._propose(seqs, ks)
+        verdict = verify(self.target, seqs, proposals)
+        batch = len(seqs)
+        self.controller.costs.record_verify(batch, verdict.tokens_per_seq, verdict.verify_time_s)
+        max_k = max(proposals.num_draft_tokens, default=0)
+        if max_k:
+            self.controller.costs.record_draft(batch, max_k, proposals.draft_time_s)
+        stats.batch_size, stats.speculation_len = batch, max(ks, default=0)
+        stats.draft_time_s, stats.verify_time_s = proposals.draft_time_s, verdict.verify_time_s
+        stats.accepted_per_pos = [0] * max_k
+        for seq, num_draft, num_acc, emitted in zip(
+            seqs, proposals.num_draft_tokens, verdict.num_accepted, verdict.emitted, strict=True
+        ):
+            self._commit(seq, num_draft, num_acc, emitted, stats)
+
+    def _commit(
+        self,
+        seq: Sequence,
+        num_draft: int,
+        num_accepted: int,
+        emitted: list[int],
+        stats: RoundStats,
+    ) -> None:
+        seq.num_rounds += 1
+        seq.num_draft_tokens += num_draft
+        seq.num_accepted_tokens += num_accepted
+        self.controller.observe(seq.acceptance, num_draft, num_accepted)
+        stats.num_drafts += int(num_draft > 0)
+        stats.num_draft_tokens += num_draft
+        stats.num_accepted_tokens += num_accepted
+        for pos in range(num_accepted):
+            stats.accepted_per_pos[pos] += 1
+        stats.num_emitted_tokens += seq.append(emitted)
+
+    def _k_limit(self, seq: Sequence) -> int:
+        """Most drafts worth asking for: room in the context and tokens left to generate."""
+        room = self.target.max_model_len - len(seq.token_ids)
+        left = seq.request.params.max_tokens - len(seq.output_ids) - 1
+        return max(0, min(self.controller.config.max_k, room, left))
+
+    def _propose(self, seqs: list[Sequence], ks: list[int]) -> Proposals:
+        if self.proposer is None or not any(ks):
+            return empty_proposals(len(seqs))
+        return self.proposer.propose(
+            ProposeRequest(
+                slots=[s.slot for s in seqs],
+                token_ids=[s.token_ids for s in seqs],
+                num_to_draft=ks,
+                params=[s.request.params for s in seqs],
+                generators=[s.generator for s in seqs],
+            )
+        )
+
+    def _retire(self) -> list[RequestOutput]:
+        outputs = []
+        for seq in self.scheduler.retire_finished():
+            self.target.free_slot(seq.slot)
+            if self.proposer is not None:
+                self.proposer.release(seq.slot)
+            self._request_ids.discard(seq.request.request_id)
+            outputs.append(seq.to_output())
+        return outputs

@@ -1,0 +1,56 @@
+"""Prefill: run new prompts through the target and sample each one's first token."""
+
+import torch
+
+from daemon.runtime.engine.sequence import Sequence
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode
+from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.sampling.logits import process_logits
+from daemon.runtime.sampling.random import exponential_noise
+
+
+def prefill(target: CausalLM, seqs: list[Sequence], max_tokens_per_pass: int) -> None:
+    """Fill the target's cache with each prompt and commit the first output token.
+
+    Prompts go in groups of similar length (sorted), so that padding wastes little compute.
+    """
+    ordered = sorted(seqs, key=lambda s: s.num_prompt_tokens)
+    group: list[Sequence] = []
+    for seq in ordered:
+        if group and seq.num_prompt_tokens * (len(group) + 1) > max_tokens_per_pass:
+            _prefill_group(target, group)
+            group = []
+        group.append(seq)
+    if group:
+        _prefill_group(target, group)
+
+
+def _prefill_group(target: CausalLM, seqs: list[Sequence]) -> None:
+    batch = ForwardBatch(
+        slots=[s.slot for s in seqs],
+        token_ids=[list(s.request.prompt_token_ids) for s in seqs],
+        start_positions=[0] * len(seqs),
+        logits_mode=LogitsMode.LAST,
+    )
+    logits = target.forward(batch)  # [B, V]
+    assert logits is not None
+    for seq, token in zip(seqs, sample_tokens(seqs, logits), strict=True):
+        seq.append([token])
+
+
+def sample_tokens(seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
+    """One token per sequence from logits [B, V], with each request's sampling parameters."""
+    params = [s.request.params for s in seqs]
+    if all(p.is_greedy for p in params):
+        return logits.argmax(dim=-1).tolist()
+    probs = process_logits(  # [B, V]
+        logits,
+        torch.tensor([p.temperature for p in params]),
+        torch.tensor([p.top_k for p in params], dtype=torch.long),
+        torch.tensor([p.top_p for p in params]),
+    )
+    noise = exponential_noise([s.generator for s in seqs], [1] * len(seqs), probs.shape[-1])
+    # Exponential race: argmax p / E with E ~ Exp(1) is an exact sample from p.
+    sampled = (probs / noise[:, 0]).argmax(dim=-1)  # [B]
+    greedy = torch.tensor([p.is_greedy for p in params])
+    return torch.where(greedy, probs.argmax(dim=-1), sampled).tolist()

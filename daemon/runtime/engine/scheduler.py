@@ -1,0 +1,53 @@
+"""Continuous batching: requests wait, take a free slot when one opens, and leave when done."""
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from daemon.runtime.engine.request import Request
+from daemon.runtime.engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class Scheduler:
+    num_slots: int
+    waiting: deque[Request] = field(default_factory=deque)
+    running: list[Sequence] = field(default_factory=list)
+    free_slots: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.free_slots = list(range(self.num_slots - 1, -1, -1))
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def can_admit(self) -> bool:
+        return bool(self.waiting) and bool(self.free_slots)
+
+    def admit(self) -> tuple[Request, int]:
+        """The oldest waiting request and the slot it gets."""
+        return self.waiting.popleft(), self.free_slots.pop()
+
+    def start(self, seq: Sequence) -> None:
+        self.running.append(seq)
+
+    def retire_finished(self) -> list[Sequence]:
+        """Remove finished sequences from the batch and free their slots."""
+        done = [s for s in self.running if s.is_finished]
+        if done:
+            self.running = [s for s in self.running if not s.is_finished]
+            self.free_slots.extend(s.slot for s in done)
+        return done
+
+    def abort(self, request_id: str) -> Sequence | Request | None:
+        for i, req in enumerate(self.waiting):
+            if req.request_id == request_id:
+                del self.waiting[i]
+                return req
+        for seq in self.running:
+            if seq.request.request_id == request_id:
+                return seq
+        return None
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting) or bool(self.running)

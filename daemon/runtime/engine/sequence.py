@@ -1,0 +1,71 @@
+"""The verifier's state of one running request."""
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from daemon.runtime.engine.acceptance import AcceptanceEstimate
+from daemon.runtime.engine.request import Request, RequestOutput
+from daemon.runtime.engine.stop import StopChecker
+
+
+@dataclass(slots=True)
+class Sequence:
+    """Invariant between rounds: the target's KV cache holds token_ids[:-1] for this slot."""
+
+    request: Request
+    slot: int
+    stop: StopChecker
+    acceptance: AcceptanceEstimate
+    token_ids: list[int] = field(default_factory=list)  # prompt + output
+    generator: torch.Generator | None = None  # None for greedy requests
+    finish_reason: str | None = None
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_rounds: int = 0
+    started_s: float = field(default_factory=time.perf_counter)
+    finished_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.token_ids = list(self.request.prompt_token_ids)
+        params = self.request.params
+        if not params.is_greedy:
+            seed = params.seed if params.seed is not None else random.getrandbits(63)
+            self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.request.prompt_token_ids)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def append(self, token_ids: list[int]) -> int:
+        """Commit tokens one by one until a stop condition; returns how many were appended."""
+        for count, token in enumerate(token_ids, start=1):
+            self.token_ids.append(token)
+            self.finish_reason = self.stop.check(self.token_ids, self.num_prompt_tokens)
+            if self.finish_reason is not None:
+                self.finished_s = time.perf_counter()
+                return count
+        return len(token_ids)
+
+    def to_output(self) -> RequestOutput:
+        end = self.finished_s if self.is_finished else time.perf_counter()
+        return RequestOutput(
+            request_id=self.request.request_id,
+            prompt_token_ids=list(self.request.prompt_token_ids),
+            token_ids=self.output_ids,
+            finish_reason=self.finish_reason,
+            num_draft_tokens=self.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens,
+            num_rounds=self.num_rounds,
+            elapsed_s=end - self.started_s,
+        )

@@ -1,0 +1,90 @@
+"""One verify pass: the target scores [last token + drafts] for every sequence at once, and
+the rejection sampler decides what is committed."""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from daemon.runtime.engine.sequence import Sequence
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode
+from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.proposers.base import Proposals
+from daemon.runtime.sampling.logits import process_logits
+from daemon.runtime.sampling.random import exponential_noise, uniform_noise
+from daemon.runtime.sampling.rejection_triton import rejection_sample_auto
+
+
+@dataclass(slots=True)
+class Verdict:
+    emitted: list[list[int]]  # [B] accepted drafts then the correction or bonus token
+    num_accepted: list[int]  # [B]
+    verify_time_s: float  # the target's forward pass only
+    tokens_per_seq: int  # T of the verify pass (max k + 1)
+
+
+def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verdict:
+    drafts = proposals.draft_token_ids  # [B, K]
+    num_draft = proposals.num_draft_tokens
+    draft_lists = [drafts[b, : num_draft[b]].tolist() for b in range(len(seqs))]
+    batch = ForwardBatch(
+        slots=[s.slot for s in seqs],
+        token_ids=[[s.token_ids[-1], *d] for s, d in zip(seqs, draft_lists, strict=True)],
+        start_positions=[len(s.token_ids) - 1 for s in seqs],
+        logits_mode=LogitsMode.ALL,
+    )
+    start = time.perf_counter()
+    logits = target.forward(batch)  # [B, T, V]
+    assert logits is not None
+    verify_time_s = time.perf_counter() - start
+    max_k = max(num_draft, default=0)
+    logits = logits[:, : max_k + 1]  # [B, K+1, V]
+    target_probs = _target_probs(seqs, logits)
+    generators = [s.generator for s in seqs]
+    num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
+    uniform = uniform_noise(generators, num_draft, max_k)  # [B, K]
+    exp_noise = _exp_noise(seqs, num_draft, logits.shape[-1])  # [B, K+1, V]
+    out, num_out = rejection_sample_auto(
+        drafts[:, :max_k],
+        num_draft_t,
+        _trim(proposals.sparse_ids, max_k),
+        _trim(proposals.sparse_probs, max_k),
+        target_probs,
+        torch.tensor([s.request.params.is_greedy for s in seqs], dtype=torch.bool),
+        uniform,
+        exp_noise,
+    )
+    out_lists, counts = out.tolist(), num_out.tolist()
+    return Verdict(
+        emitted=[row[:n] for row, n in zip(out_lists, counts, strict=True)],
+        num_accepted=[n - 1 for n in counts],
+        verify_time_s=verify_time_s,
+        tokens_per_seq=batch.max_chunk_len,
+    )
+
+
+def _target_probs(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
+    """[B, K+1, V] logits -> the target's processed distribution (greedy rows: argmax only,
+    so their logits pass through untouched when the whole batch is greedy)."""
+    params = [s.request.params for s in seqs]
+    if all(p.is_greedy for p in params):
+        return logits
+    num_seqs, rows, vocab = logits.shape
+    probs = process_logits(
+        logits.reshape(num_seqs * rows, vocab),
+        torch.tensor([p.temperature for p in params]).repeat_interleave(rows),
+        torch.tensor([p.top_k for p in params], dtype=torch.long).repeat_interleave(rows),
+        torch.tensor([p.top_p for p in params]).repeat_interleave(rows),
+    )
+    return probs.reshape(num_seqs, rows, vocab)
+
+
+def _exp_noise(seqs: list[Sequence], num_draft: list[int], vocab: int) -> torch.Tensor:
+    """Exp(1) noise for sampled rows; an all-greedy batch needs none (a broadcast view)."""
+    if all(s.generator is None for s in seqs):
+        return torch.ones(1, 1, 1).expand(len(seqs), max(num_draft, default=0) + 1, vocab)
+    return exponential_noise([s.generator for s in seqs], [n + 1 for n in num_draft], vocab)
+
+
+def _trim(sparse: torch.Tensor | None, max_k: int) -> torch.Tensor | None:
+    return None if sparse is None else sparse[:, :max_k]

@@ -1,0 +1,79 @@
+"""The one contract between a proposer (draft model, n-gram lookup) and the verifier."""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from daemon.runtime.sampling.params import SamplingParams
+
+PLACEHOLDER_TOKEN_ID = -1
+
+
+@dataclass(slots=True)
+class ProposeRequest:
+    """What the verifier asks of the proposer for one round (B running sequences)."""
+
+    slots: list[int]  # [B] the sequences' slots (shared numbering with the verifier)
+    token_ids: list[list[int]]  # [B] each sequence's committed tokens (prompt + output); read-only
+    num_to_draft: list[int]  # [B] k_b >= 0; the proposer may return fewer, never more
+    params: list[SamplingParams]  # [B]
+    generators: list[torch.Generator | None]  # [B] per-request randomness (None: greedy)
+
+
+@dataclass(slots=True)
+class Proposals:
+    """Draft tokens for one round. Only tokens sampled from exactly the distribution returned
+    may be proposed: that is what keeps verification lossless.
+
+    `sparse_ids`/`sparse_probs` hold, for sampled drafts, the truncated renormalised
+    distribution each draft token was drawn from. A position whose probs are all zero (or
+    `sparse_ids is None` for the whole batch) was proposed deterministically: a point mass on
+    the draft token (greedy drafting, n-gram lookup).
+    """
+
+    draft_token_ids: torch.Tensor  # [B, K] int64, PLACEHOLDER_TOKEN_ID past num_draft_tokens[b]
+    num_draft_tokens: list[int]  # [B], each <= the k asked for
+    sparse_ids: torch.Tensor | None = None  # [B, K, S] int64
+    sparse_probs: torch.Tensor | None = None  # [B, K, S] float32
+    draft_time_s: float = 0.0  # time in the proposer's forward passes
+
+    @property
+    def max_k(self) -> int:
+        return int(self.draft_token_ids.shape[1])
+
+
+def empty_proposals(num_seqs: int) -> Proposals:
+    """No drafts for anyone (k = 0 everywhere)."""
+    return Proposals(
+        draft_token_ids=torch.full((num_seqs, 0), PLACEHOLDER_TOKEN_ID, dtype=torch.long),
+        num_draft_tokens=[0] * num_seqs,
+    )
+
+
+def pack_draft_ids(drafts: list[list[int]]) -> torch.Tensor:
+    """Ragged per-sequence drafts -> [B, K] int64 padded with PLACEHOLDER_TOKEN_ID."""
+    max_k = max((len(d) for d in drafts), default=0)
+    out = torch.full((len(drafts), max_k), PLACEHOLDER_TOKEN_ID, dtype=torch.long)
+    for row, draft in enumerate(drafts):
+        if draft:
+            out[row, : len(draft)] = torch.tensor(draft, dtype=torch.long)
+    return out
+
+
+class Proposer(Protocol):
+    """A source of draft tokens. `admit` and `release` bracket a sequence's life."""
+
+    name: str
+
+    def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
+        """New sequences joined (a draft model prefills its KV cache here)."""
+        ...
+
+    def propose(self, request: ProposeRequest) -> Proposals:
+        """Draft up to num_to_draft[b] tokens after each sequence's committed tokens."""
+        ...
+
+    def release(self, slot: int) -> None:
+        """The sequence in `slot` finished; forget it."""
+        ...
