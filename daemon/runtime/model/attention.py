@@ -1,0 +1,60 @@
+"""Grouped-query self-attention over the static KV cache (fused q/k/v projection)."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from daemon.runtime.model.config import ModelConfig
+from daemon.runtime.model.forward_metadata import ForwardMetadata
+from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.rmsnorm import RMSNorm
+from daemon.runtime.model.rotary import apply_rotary
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.layer = layer
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.window = config.sliding_window if config.sliding_layers[layer] else None
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.split_sizes = (q_size, kv_size, kv_size)
+        hidden = config.hidden_size
+        # weight [q + 2 * kv, hidden]: q rows, then k rows, then v rows
+        self.qkv_proj = nn.Linear(hidden, sum(self.split_sizes), config.qkv_bias, dtype=dtype)
+        self.o_proj = nn.Linear(q_size, hidden, bias=config.o_proj_bias, dtype=dtype)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, dtype)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        meta: ForwardMetadata,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """`x` [B, T, hidden] -> [B, T, hidden]; writes this chunk's K/V into `cache`."""
+        batch, chunk = x.shape[:2]
+        q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
+        # [B, T, H, D] and [B, T, H_kv, D]
+        q = q.view(batch, chunk, self.num_heads, self.head_dim)
+        k = k.view(batch, chunk, self.num_kv_heads, self.head_dim)
+        v = v.view(batch, chunk, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
+        cache.write(self.layer, meta, k, v)
+        # [B, H_kv, L, D]
+        k_ctx, v_ctx = cache.read(self.layer, meta)
+        # [B, H, T, D]
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k_ctx, v_ctx, attn_mask=meta.mask(self.window), enable_gqa=True
+        )
+        # [B, T, H * D]
+        out = out.transpose(1, 2).reshape(batch, chunk, self.num_heads * self.head_dim)
+        return self.o_proj(out)

@@ -1,0 +1,92 @@
+"""One forward pass's index tensors: the ragged batch padded to [B, T_max], positions, masks.
+
+Built once per pass and shared by every layer, so no layer redoes padding or mask work.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from daemon.runtime.errors import RequestError
+from daemon.runtime.model.batch import ForwardBatch
+
+PAD_TOKEN_ID = 0  # fills chunks shorter than T_max; its K/V are never written, its logits unused
+
+
+@dataclass(slots=True)
+class ForwardMetadata:
+    token_ids: torch.Tensor  # [B, T] padded with PAD_TOKEN_ID
+    positions: torch.Tensor  # [B, T] absolute; a pad repeats its chunk's last real position
+    last_index: torch.Tensor  # [B] index in T of each chunk's last real token
+    slots: torch.Tensor  # [B]
+    write_rows: torch.Tensor  # [N] batch row of each real token
+    write_cols: torch.Tensor  # [N] column (t) of each real token
+    write_slots: torch.Tensor  # [N]
+    write_positions: torch.Tensor  # [N]
+    context_len: int  # L = max(start + T_b): cache positions the batch attends to
+    slot_range: tuple[int, int] | None  # (first, last + 1) when slots are consecutive
+    _masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
+
+    def mask(self, window: int | None) -> torch.Tensor:
+        """Bool attention mask [B, 1, T, L]: key l is visible to a query at position p iff
+        l <= p (and p - l < window with a sliding window). Cached per window."""
+        if window not in self._masks:
+            # [L]
+            key_pos = torch.arange(self.context_len, device=self.positions.device)
+            # [B, T, 1]
+            query_pos = self.positions.unsqueeze(-1)
+            # [B, T, L]
+            visible = key_pos <= query_pos
+            if window is not None:
+                visible &= key_pos > query_pos - window
+            self._masks[window] = visible.unsqueeze(1)
+        return self._masks[window]
+
+
+def check_batch(batch: ForwardBatch, *, num_slots: int, max_model_len: int, vocab_size: int):
+    """Raise RequestError for a slot, length or token id the runner cannot take."""
+    for slot, chunk, start in zip(batch.slots, batch.token_ids, batch.start_positions, strict=True):
+        if not 0 <= slot < num_slots:
+            raise RequestError(f"slot {slot} out of range: the runner has {num_slots} slots")
+        if start < 0:
+            raise RequestError(f"slot {slot}: start_position {start} is negative")
+        if start + len(chunk) > max_model_len:
+            raise RequestError(
+                f"slot {slot}: {start} cached + {len(chunk)} new tokens exceed "
+                f"max_model_len {max_model_len}"
+            )
+        if min(chunk) < 0 or max(chunk) >= vocab_size:
+            raise RequestError(f"slot {slot}: token id out of range [0, {vocab_size})")
+
+
+def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata:
+    """Pad the batch and compute every index tensor a pass needs (on CPU, then moved)."""
+    max_len = batch.max_chunk_len
+    padded = [chunk + [PAD_TOKEN_ID] * (max_len - len(chunk)) for chunk in batch.token_ids]
+    # [B]
+    lengths = torch.tensor([len(chunk) for chunk in batch.token_ids])
+    starts = torch.tensor(batch.start_positions)
+    slots = torch.tensor(batch.slots)
+    # [T]
+    cols = torch.arange(max_len)
+    # [B, T]
+    positions = starts[:, None] + torch.minimum(cols[None, :], (lengths - 1)[:, None])
+    # [N] each
+    rows, write_cols = (cols[None, :] < lengths[:, None]).nonzero(as_tuple=True)
+    first = batch.slots[0]
+    consecutive = batch.slots == list(range(first, first + batch.num_seqs))
+    tensors = {
+        "token_ids": torch.tensor(padded),
+        "positions": positions,
+        "last_index": lengths - 1,
+        "slots": slots,
+        "write_rows": rows,
+        "write_cols": write_cols,
+        "write_slots": slots[rows],
+        "write_positions": positions[rows, write_cols],
+    }
+    return ForwardMetadata(
+        **{name: t.to(device, non_blocking=True) for name, t in tensors.items()},
+        context_len=int((starts + lengths).max()),
+        slot_range=(first, first + batch.num_seqs) if consecutive else None,
+    )

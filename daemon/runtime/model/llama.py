@@ -1,0 +1,108 @@
+"""Lean Llama-family decoder (Llama, Qwen2, Qwen3, Mistral) over a static per-slot KV cache."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from daemon.runtime.errors import RequestError
+from daemon.runtime.model.attention import Attention
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode
+from daemon.runtime.model.config import ModelConfig
+from daemon.runtime.model.forward_metadata import ForwardMetadata, build_metadata, check_batch
+from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.mlp import GatedMLP
+from daemon.runtime.model.rmsnorm import RMSNorm
+from daemon.runtime.model.rotary import RotaryEmbedding
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        eps, hidden = config.rms_norm_eps, config.hidden_size
+        self.input_layernorm = RMSNorm(hidden, eps, dtype)
+        self.self_attn = Attention(config, layer, dtype)
+        self.post_attention_layernorm = RMSNorm(hidden, eps, dtype)
+        self.mlp = GatedMLP(hidden, config.intermediate_size, config.mlp_bias, dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        meta: ForwardMetadata,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """`x` [B, T, hidden] -> [B, T, hidden]."""
+        x = x + self.self_attn(self.input_layernorm(x), cos_sin, meta, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    """The lean runner (a `CausalLM`). Weights are created on the meta device: load them with
+    `load_state_dict(..., assign=True)` (see loader.py) before the first forward."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        max_model_len: int,
+        num_slots: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.vocab_size = config.vocab_size
+        self.max_model_len = max_model_len
+        self.num_slots = num_slots
+        self.device = device
+        self.dtype = dtype
+        with torch.device("meta"):
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+            layers = [DecoderLayer(config, i, dtype) for i in range(config.num_hidden_layers)]
+            self.layers = nn.ModuleList(layers)
+            self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
+            self.lm_head: nn.Linear | None = None
+            if not config.tie_word_embeddings:
+                self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, False, dtype=dtype)
+        self.rotary = RotaryEmbedding(config, max_model_len, dtype).to(device)
+        self.cache = KVCache(
+            num_layers=config.num_hidden_layers,
+            num_slots=num_slots,
+            num_kv_heads=config.num_key_value_heads,
+            max_model_len=max_model_len,
+            head_dim=config.head_dim,
+            dtype=dtype,
+            device=device,
+        )
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
+        """Append each chunk to its slot's cache; logits float32 as `batch.logits_mode` asks."""
+        check_batch(
+            batch,
+            num_slots=self.num_slots,
+            max_model_len=self.max_model_len,
+            vocab_size=self.vocab_size,
+        )
+        meta = build_metadata(batch, self.device)
+        cos_sin = self.rotary(meta.positions)
+        # [B, T, hidden]
+        x = self.embed_tokens(meta.token_ids)
+        for layer in self.layers:
+            x = layer(x, cos_sin, meta, self.cache)
+        if batch.logits_mode is LogitsMode.NONE:
+            return None
+        if batch.logits_mode is LogitsMode.LAST:
+            # [B, hidden]
+            x = x[torch.arange(batch.num_seqs, device=x.device), meta.last_index]
+        return self.lm_head_logits(self.norm(x))
+
+    def lm_head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., hidden] -> float32 logits [..., V]."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    def free_slot(self, slot: int) -> None:
+        """Nothing to release: the next user of `slot` starts at position 0 and overwrites it."""
+        if not 0 <= slot < self.num_slots:
+            raise RequestError(f"slot {slot} out of range: the runner has {self.num_slots} slots")

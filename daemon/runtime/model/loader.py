@@ -1,0 +1,161 @@
+"""load_model: a Hugging Face model directory -> a CausalLM (lean runner or HF fallback)."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.model.config import DTYPES, LEAN_ARCHITECTURES, LEAN_ROPE_TYPES, ModelConfig
+from daemon.runtime.model.llama import LlamaForCausalLM
+from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.model.weights import TensorReader, open_checkpoint
+
+DTYPE_CHOICES = ("auto", *DTYPES)
+BACKENDS = ("auto", "lean", "hf")
+DEFAULT_MAX_MODEL_LEN = 4096
+FUSED_PARTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def load_model(
+    path: str | Path,
+    *,
+    dtype: str = "auto",
+    device: str | torch.device = "cpu",
+    num_slots: int = 8,
+    max_model_len: int | None = None,
+    backend: str = "auto",
+) -> CausalLM:
+    """Load the checkpoint in `path` (config.json + safetensors) with `num_slots` KV-cache slots.
+
+    backend: "lean" (Llama, Qwen2, Qwen3, Mistral), "hf" (transformers' AutoModelForCausalLM),
+    or "auto" (lean where supported, else hf). dtype "auto" is the checkpoint's own dtype.
+    """
+    model_dir = Path(path)
+    raw = read_raw_config(model_dir)
+    source = str(model_dir / "config.json")
+    if backend not in BACKENDS:
+        choices = ", ".join(BACKENDS)
+        raise ModelLoadError(f"unsupported backend '{backend}'; choose one of {choices}")
+    if num_slots < 1:
+        raise ModelLoadError(f"num_slots must be at least 1, got {num_slots}")
+    torch_dtype = resolve_dtype(dtype, raw, source)
+    max_len = resolve_max_model_len(max_model_len, raw, source)
+    torch_device = torch.device(device)
+    if _use_lean(raw, backend, source):
+        config = ModelConfig.from_dict(raw, source=source)
+        return load_lean(model_dir, config, torch_dtype, torch_device, num_slots, max_len)
+    from daemon.runtime.model.hf_fallback import HFCausalLM
+
+    return HFCausalLM.load(
+        model_dir,
+        dtype=torch_dtype,
+        device=torch_device,
+        num_slots=num_slots,
+        max_model_len=max_len,
+    )
+
+
+def read_raw_config(model_dir: Path) -> dict[str, Any]:
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir}: model directory does not exist")
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"{model_dir}: no config.json in the model directory")
+    try:
+        raw = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{config_path}: cannot read config: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ModelLoadError(f"{config_path}: config is not a JSON object")
+    return raw
+
+
+def resolve_dtype(requested: str, raw: dict[str, Any], source: str) -> torch.dtype:
+    """ "auto" -> the checkpoint's `dtype` / `torch_dtype` (float32 if absent)."""
+    if requested not in DTYPE_CHOICES:
+        raise ModelLoadError(
+            f"unsupported dtype '{requested}'; choose one of {', '.join(DTYPE_CHOICES)}"
+        )
+    if requested != "auto":
+        return DTYPES[requested]
+    name = raw.get("dtype") or raw.get("torch_dtype") or "float32"
+    if name not in DTYPES:
+        raise ModelLoadError(f"{source}: unsupported field 'dtype': {name!r}; pass a dtype")
+    return DTYPES[name]
+
+
+def resolve_max_model_len(requested: int | None, raw: dict[str, Any], source: str) -> int:
+    """Default min(max_position_embeddings, 4096); more than max_position_embeddings is refused."""
+    limit = raw.get("max_position_embeddings") or raw.get("n_positions")
+    if requested is None:
+        return min(int(limit), DEFAULT_MAX_MODEL_LEN) if limit else DEFAULT_MAX_MODEL_LEN
+    if requested < 1:
+        raise ModelLoadError(f"max_model_len must be at least 1, got {requested}")
+    if limit and requested > int(limit):
+        raise ModelLoadError(
+            f"{source}: max_model_len {requested} exceeds max_position_embeddings {limit}"
+        )
+    return requested
+
+
+def _use_lean(raw: dict[str, Any], backend: str, source: str) -> bool:
+    architectures = raw.get("architectures") or ["<none>"]
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    supported = architectures[0] in LEAN_ARCHITECTURES and rope_type in LEAN_ROPE_TYPES
+    if backend == "lean" and not supported:
+        raise ModelLoadError(
+            f"{source}: architecture {architectures[0]} with rope type '{rope_type}' is not "
+            f"supported by the lean runner (supported: {', '.join(LEAN_ARCHITECTURES)}; "
+            f"rope types {', '.join(LEAN_ROPE_TYPES)}); use backend='hf'"
+        )
+    return backend == "lean" or (backend == "auto" and supported)
+
+
+def load_lean(
+    model_dir: Path,
+    config: ModelConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    num_slots: int,
+    max_model_len: int,
+) -> LlamaForCausalLM:
+    model = LlamaForCausalLM(
+        config, max_model_len=max_model_len, num_slots=num_slots, dtype=dtype, device=device
+    )
+    with open_checkpoint(model_dir) as reader:
+        state = {
+            name: _load_param(reader, name, param, model).to(device=device, dtype=dtype)
+            for name, param in model.state_dict().items()
+        }
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.requires_grad_(False).eval()
+
+
+def _load_param(
+    reader: TensorReader, name: str, param: torch.Tensor, model: LlamaForCausalLM
+) -> torch.Tensor:
+    """The checkpoint tensor(s) for lean parameter `name`, fused parts concatenated on dim 0."""
+    hf_name = name if name.startswith("lm_head.") else f"model.{name}"
+    prefix, module_name, kind = ("", *hf_name.rsplit(".", 2))[-3:]
+    if module_name not in FUSED_PARTS:
+        return _checked(reader, hf_name, tuple(param.shape))
+    parts = FUSED_PARTS[module_name]
+    owner = model.get_submodule(name.rsplit(".", 2)[0])
+    sizes = getattr(owner, "split_sizes", None) or (param.shape[0] // len(parts),) * len(parts)
+    tensors = [
+        _checked(reader, f"{prefix}.{part}.{kind}", (size, *param.shape[1:]))
+        for part, size in zip(parts, sizes, strict=True)
+    ]
+    return torch.cat(tensors, dim=0)
+
+
+def _checked(reader: TensorReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    tensor = reader.get(name)
+    if tuple(tensor.shape) != shape:
+        raise ModelLoadError(
+            f"tensor '{name}' has shape {tuple(tensor.shape)}, expected {shape} from config.json"
+        )
+    return tensor
