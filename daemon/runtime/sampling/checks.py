@@ -1,0 +1,100 @@
+"""Argument checks shared by the rejection sampler's torch reference and Triton kernel.
+
+Bad shapes, dtypes or out-of-range ids raise ValueError before any index is used: on CUDA an
+out-of-range id would be an illegal memory access inside the kernel instead.
+"""
+
+import torch
+
+
+def check_rejection_inputs(
+    draft_token_ids: torch.Tensor,  # [B, K]
+    num_draft_tokens: torch.Tensor,  # [B]
+    draft_sparse_ids: torch.Tensor | None,  # [B, K, S]
+    draft_sparse_probs: torch.Tensor | None,  # [B, K, S]
+    target_probs: torch.Tensor,  # [B, K+1, V]
+    is_greedy: torch.Tensor,  # [B]
+    uniform: torch.Tensor,  # [B, K]
+    exp_noise: torch.Tensor,  # [B, K+1, V]
+) -> None:
+    if draft_token_ids.dim() != 2:
+        raise ValueError(f"draft_token_ids must be [B, K], got {_shape(draft_token_ids)}")
+    num_seqs, max_k = draft_token_ids.shape
+    if target_probs.dim() != 3 or target_probs.shape[:2] != (num_seqs, max_k + 1):
+        raise ValueError(
+            f"target_probs must be [B={num_seqs}, K+1={max_k + 1}, V], got {_shape(target_probs)}"
+        )
+    vocab_size = target_probs.shape[-1]
+    if vocab_size < 1:
+        raise ValueError("target_probs has an empty vocabulary")
+    _expect(num_draft_tokens, (num_seqs,), "num_draft_tokens", integer=True)
+    _expect(is_greedy, (num_seqs,), "is_greedy")
+    _expect(uniform, (num_seqs, max_k), "uniform")
+    _expect(exp_noise, (num_seqs, max_k + 1, vocab_size), "exp_noise")
+    if is_greedy.dtype != torch.bool:
+        raise ValueError(f"is_greedy must be bool, got {is_greedy.dtype}")
+    if draft_token_ids.dtype.is_floating_point:
+        raise ValueError(f"draft_token_ids must be int64, got {draft_token_ids.dtype}")
+    _check_sparse(draft_sparse_ids, draft_sparse_probs, num_seqs, max_k)
+    tensors = (draft_token_ids, num_draft_tokens, target_probs, is_greedy, uniform, exp_noise)
+    if draft_sparse_ids is not None and draft_sparse_probs is not None:
+        tensors += (draft_sparse_ids, draft_sparse_probs)
+    devices = sorted({str(t.device) for t in tensors})
+    if len(devices) > 1:
+        raise ValueError(f"inputs are on several devices: {devices}")
+    _check_values(draft_token_ids, num_draft_tokens, draft_sparse_ids, vocab_size)
+
+
+def _check_sparse(
+    ids: torch.Tensor | None, probs: torch.Tensor | None, num_seqs: int, max_k: int
+) -> None:
+    if (ids is None) != (probs is None):
+        raise ValueError("draft_sparse_ids and draft_sparse_probs must both be given or both None")
+    if ids is None or probs is None:
+        return
+    if ids.dim() != 3 or ids.shape[:2] != (num_seqs, max_k) or ids.shape != probs.shape:
+        raise ValueError(
+            f"draft_sparse_ids/probs must both be [B={num_seqs}, K={max_k}, S], "
+            f"got {_shape(ids)} and {_shape(probs)}"
+        )
+    if ids.dtype.is_floating_point:
+        raise ValueError(f"draft_sparse_ids must be int64, got {ids.dtype}")
+
+
+def _check_values(
+    draft_token_ids: torch.Tensor,  # [B, K]
+    num_draft_tokens: torch.Tensor,  # [B]
+    sparse_ids: torch.Tensor | None,  # [B, K, S]
+    vocab_size: int,
+) -> None:
+    """One host sync for all value checks."""
+    max_k = draft_token_ids.shape[1]
+    # [B, K]
+    is_real = torch.arange(max_k, device=draft_token_ids.device) < num_draft_tokens.unsqueeze(-1)
+    bad_draft = is_real & ((draft_token_ids < 0) | (draft_token_ids >= vocab_size))
+    bad = torch.stack(
+        [
+            ((num_draft_tokens < 0) | (num_draft_tokens > max_k)).any(),
+            bad_draft.any(),
+            torch.zeros((), dtype=torch.bool, device=draft_token_ids.device)
+            if sparse_ids is None
+            else ((sparse_ids < 0) | (sparse_ids >= vocab_size)).any(),
+        ]
+    ).tolist()
+    if bad[0]:
+        raise ValueError(f"num_draft_tokens must be in [0, K={max_k}]")
+    if bad[1]:
+        raise ValueError(f"draft_token_ids must be in [0, V={vocab_size}) below num_draft_tokens")
+    if bad[2]:
+        raise ValueError(f"draft_sparse_ids must be in [0, V={vocab_size})")
+
+
+def _expect(t: torch.Tensor, shape: tuple[int, ...], name: str, integer: bool = False) -> None:
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {list(shape)}, got {_shape(t)}")
+    if integer and t.dtype.is_floating_point:
+        raise ValueError(f"{name} must be an integer tensor, got {t.dtype}")
+
+
+def _shape(t: torch.Tensor) -> list[int]:
+    return list(t.shape)

@@ -1,0 +1,96 @@
+"""Logits -> the distribution a request samples from.
+
+Temperature, then top-k, then top-p (the HF / vLLM order), always keeping at least one token.
+Greedy rows (temperature 0) get the plain softmax at temperature 1: its argmax is the argmax of
+the logits, and the rejection sampler only looks at that argmax for greedy rows.
+"""
+
+import torch
+
+GREEDY_TEMPERATURE = 0.0
+TOP_K_OFF = 0
+TOP_P_OFF = 1.0
+
+
+def process_logits(
+    logits: torch.Tensor,  # [N, V] float32
+    temperature: torch.Tensor,  # [N] float32, 0 = greedy
+    top_k: torch.Tensor,  # [N] int64, 0 = off
+    top_p: torch.Tensor,  # [N] float32, 1.0 = off
+) -> torch.Tensor:
+    """Returns probs [N, V] float32, each row summing to 1, truncation applied."""
+    _check_process_args(logits, temperature, top_k, top_p)
+    vocab_size = logits.shape[-1]
+    # Greedy rows: temperature 1, so the softmax keeps the logits' order.
+    temperature = torch.where(temperature == GREEDY_TEMPERATURE, 1.0, temperature)
+    # [N, V]
+    scaled = logits.float() / temperature.float().unsqueeze(-1)
+    # [N]
+    uses_top_k = (top_k > TOP_K_OFF) & (top_k < vocab_size)
+    uses_top_p = top_p < TOP_P_OFF
+    if vocab_size > 0 and bool((uses_top_k | uses_top_p).any()):
+        scaled = _apply_top_k_top_p(scaled, top_k, uses_top_k, top_p, uses_top_p)
+    return torch.softmax(scaled, dim=-1)
+
+
+def _apply_top_k_top_p(
+    logits: torch.Tensor,  # [N, V]
+    top_k: torch.Tensor,  # [N]
+    uses_top_k: torch.Tensor,  # [N] bool
+    top_p: torch.Tensor,  # [N]
+    uses_top_p: torch.Tensor,  # [N] bool
+) -> torch.Tensor:
+    """Masks truncated tokens to -inf. One descending sort serves both filters."""
+    # [N, V]
+    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)
+    # top-k by value: keep every token >= the k-th largest logit (ties at the k-th are kept).
+    # [N]
+    kth_rank = (top_k.clamp(min=1, max=logits.shape[-1]) - 1).unsqueeze(-1)
+    kth_value = sorted_logits.gather(-1, kth_rank)  # [N, 1]
+    kth_value = torch.where(uses_top_k.unsqueeze(-1), kth_value, float("-inf"))
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth_value, float("-inf"))
+    # top-p: keep the smallest prefix whose mass reaches top_p, i.e. drop token i when the
+    # mass strictly before it already reaches top_p. The most likely token is always kept.
+    # [N, V]
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    drop = (mass_before >= top_p.unsqueeze(-1)) & uses_top_p.unsqueeze(-1)
+    drop[:, 0] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    # [N, V] back to vocabulary order
+    return torch.empty_like(logits).scatter_(-1, sorted_idx, sorted_logits)
+
+
+def sparse_top_k(
+    probs: torch.Tensor,  # [N, V] float32
+    k: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k most likely tokens, renormalised: ids [N, k] int64, probs [N, k] float32.
+
+    This is the draft's proposal distribution as sent over the wire; the draft must sample
+    from exactly this (see `random.sample_sparse`) for the verifier to stay lossless.
+    """
+    if probs.dim() != 2:
+        raise ValueError(f"probs must be [N, V], got shape {tuple(probs.shape)}")
+    if not 1 <= k <= probs.shape[-1]:
+        raise ValueError(f"k must be in [1, vocab_size={probs.shape[-1]}], got {k}")
+    # [N, k]
+    top_probs, top_ids = probs.float().topk(k, dim=-1)
+    top_probs = top_probs / top_probs.sum(dim=-1, keepdim=True)
+    return top_ids, top_probs
+
+
+def _check_process_args(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+) -> None:
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [N, V], got shape {tuple(logits.shape)}")
+    num_rows = logits.shape[0]
+    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
+        if tuple(t.shape) != (num_rows,):
+            raise ValueError(f"{name} must be [N={num_rows}], got shape {tuple(t.shape)}")
+    if top_k.dtype.is_floating_point:
+        raise ValueError(f"top_k must be an integer tensor, got {top_k.dtype}")

@@ -1,0 +1,153 @@
+"""Rejection sampling for speculative decoding: the torch reference.
+
+Leviathan et al. 2023 / Chen et al. 2023. For draft token x proposed from q at a position where
+the target's distribution is p:
+    accept x with probability min(1, p(x) / q(x))     (test: u * q(x) < p(x), u ~ U[0, 1))
+    on the first rejection emit a sample from norm(max(0, p - q))
+    if every draft is accepted emit a bonus sample from p at position num_draft.
+The emitted tokens are then distributed exactly as if sampled from the target one by one.
+Greedy rows accept while draft == argmax p and emit argmax p.
+
+Proposal convention (q, per sequence b and position j):
+  * draft_sparse_ids / draft_sparse_probs is None: every q is a point mass on the draft token
+    (greedy draft, n-gram lookup).
+  * otherwise q = sum_s probs[b, j, s] * onehot(ids[b, j, s]). Padding entries have prob 0 (any
+    in-range id). Ids with a non-zero prob must be unique within a position.
+  * a position whose sparse probs are ALL zero is a point mass on draft_token_ids[b, j]; that is
+    how greedy and sampled drafts share one batch.
+Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
+position j, `exp_noise[b, j]` for the exponential race of the token emitted at position j.
+"""
+
+import torch
+
+from daemon.runtime.sampling.checks import check_rejection_inputs
+
+PLACEHOLDER_TOKEN_ID = -1
+
+
+def rejection_sample(
+    draft_token_ids: torch.Tensor,  # [B, K] int64, PLACEHOLDER_TOKEN_ID past num_draft
+    num_draft_tokens: torch.Tensor,  # [B] int64 in [0, K]
+    draft_sparse_ids: torch.Tensor | None,  # [B, K, S] int64
+    draft_sparse_probs: torch.Tensor | None,  # [B, K, S] float32
+    target_probs: torch.Tensor,  # [B, K+1, V] float32
+    is_greedy: torch.Tensor,  # [B] bool
+    uniform: torch.Tensor,  # [B, K] float32
+    exp_noise: torch.Tensor,  # [B, K+1, V] float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns output_token_ids [B, K+1] int64 (accepted drafts, then the correction or bonus
+    token, PLACEHOLDER_TOKEN_ID after) and num_output_tokens [B] int64 = accepted + 1."""
+    check_rejection_inputs(
+        draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
+        target_probs, is_greedy, uniform, exp_noise,
+    )  # fmt: skip
+    num_seqs, max_k = draft_token_ids.shape
+    # [B, K] draft ids usable as indices (placeholders point at token 0, never read)
+    drafts = draft_token_ids.clamp(min=0)
+    # [B, K]
+    is_real = torch.arange(max_k, device=drafts.device) < num_draft_tokens.unsqueeze(-1)
+    # [B, K+1]
+    target_argmax = target_probs.argmax(dim=-1)
+    # [B, K]
+    p_draft = target_probs[:, :max_k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    q_draft = _proposal_prob_of_draft(drafts, draft_sparse_ids, draft_sparse_probs)
+    # u * q(x) < p(x)  <=>  u < p(x) / q(x): accept with prob min(1, p/q); q <= p always accepts
+    # and p(x) == 0 never does.
+    accept_sampled = uniform * q_draft < p_draft
+    accept_greedy = draft_token_ids == target_argmax[:, :max_k]
+    accept = torch.where(is_greedy.unsqueeze(-1), accept_greedy, accept_sampled) & is_real
+    # [B] length of the accepted prefix, in [0, num_draft]
+    num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)
+
+    token = _emitted_token(
+        drafts, num_draft_tokens, num_accepted, draft_sparse_ids, draft_sparse_probs,
+        target_probs, target_argmax, is_greedy, exp_noise,
+    )  # fmt: skip
+    # [B, K+1] accepted drafts, the emitted token at num_accepted, placeholders after
+    positions = torch.arange(max_k + 1, device=drafts.device)
+    output = torch.full((num_seqs, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long)
+    output = output.to(drafts.device)
+    output[:, :max_k] = torch.where(
+        positions[:max_k] < num_accepted.unsqueeze(-1), draft_token_ids, PLACEHOLDER_TOKEN_ID
+    )
+    output.scatter_(1, num_accepted.unsqueeze(-1), token.unsqueeze(-1))
+    return output, num_accepted + 1
+
+
+def _proposal_prob_of_draft(
+    drafts: torch.Tensor,  # [B, K]
+    sparse_ids: torch.Tensor | None,  # [B, K, S]
+    sparse_probs: torch.Tensor | None,  # [B, K, S]
+) -> torch.Tensor:
+    """q(x) [B, K] for each draft token x."""
+    if sparse_ids is None or sparse_probs is None:
+        return torch.ones(drafts.shape, dtype=torch.float32, device=drafts.device)
+    # [B, K] q(x) = sum of the sparse probs listed under id x (at most one is non-zero)
+    listed = torch.where(sparse_ids == drafts.unsqueeze(-1), sparse_probs, 0.0).sum(dim=-1)
+    # all-zero sparse probs: point mass on the draft token
+    is_point_mass = (sparse_probs == 0).all(dim=-1)
+    return torch.where(is_point_mass, 1.0, listed)
+
+
+def _emitted_token(
+    drafts: torch.Tensor,  # [B, K]
+    num_draft: torch.Tensor,  # [B]
+    num_accepted: torch.Tensor,  # [B]
+    sparse_ids: torch.Tensor | None,  # [B, K, S]
+    sparse_probs: torch.Tensor | None,  # [B, K, S]
+    target_probs: torch.Tensor,  # [B, K+1, V]
+    target_argmax: torch.Tensor,  # [B, K+1]
+    is_greedy: torch.Tensor,  # [B]
+    exp_noise: torch.Tensor,  # [B, K+1, V]
+) -> torch.Tensor:
+    """The correction (first rejection) or bonus (all accepted) token [B] at num_accepted."""
+    vocab_size = target_probs.shape[-1]
+    # [B, 1, V] index of row num_accepted
+    at_emit = num_accepted.view(-1, 1, 1).expand(-1, 1, vocab_size)
+    # [B, V]
+    p = target_probs.gather(1, at_emit).squeeze(1)
+    noise = exp_noise.gather(1, at_emit).squeeze(1)
+    q = _dense_proposal_at(drafts, num_draft, num_accepted, sparse_ids, sparse_probs, vocab_size)
+    # rejected: sample norm(max(0, p - q)); bonus: q == 0 there, so this is p itself.
+    # The race needs no normalisation: scaling all of p / E keeps the argmax.
+    residual = (p - q).clamp(min=0.0)
+    # p == q leaves nothing: fall back to p (cannot happen when x ~ q, kept for safety)
+    is_empty = ~(residual > 0).any(dim=-1, keepdim=True)  # [B, 1]
+    residual = torch.where(is_empty, p, residual)
+    # [B] exponential race: argmax residual / E ~ norm(residual)
+    sampled = (residual / noise).argmax(dim=-1)
+    greedy = target_argmax.gather(1, num_accepted.unsqueeze(-1)).squeeze(-1)
+    return torch.where(is_greedy, greedy, sampled)
+
+
+def _dense_proposal_at(
+    drafts: torch.Tensor,  # [B, K]
+    num_draft: torch.Tensor,  # [B]
+    position: torch.Tensor,  # [B]
+    sparse_ids: torch.Tensor | None,  # [B, K, S]
+    sparse_probs: torch.Tensor | None,  # [B, K, S]
+    vocab_size: int,
+) -> torch.Tensor:
+    """q [B, V] at each row's `position`, all zero where position == num_draft (bonus)."""
+    num_seqs, max_k = drafts.shape
+    q = torch.zeros((num_seqs, vocab_size), dtype=torch.float32, device=drafts.device)
+    if max_k == 0:
+        return q
+    # [B] a draft position exists (rejection) rather than the bonus slot
+    has_draft = position < num_draft
+    at = position.clamp(max=max_k - 1).unsqueeze(-1)  # [B, 1]
+    # [B] point-mass weight on the draft token: 1 without sparse data or with all-zero probs
+    point_mass = has_draft.float()
+    if sparse_ids is not None and sparse_probs is not None:
+        num_sparse = sparse_ids.shape[-1]
+        at_sparse = at.unsqueeze(-1).expand(-1, 1, num_sparse)  # [B, 1, S]
+        # [B, S]
+        ids = sparse_ids.gather(1, at_sparse).squeeze(1)
+        probs = sparse_probs.gather(1, at_sparse).squeeze(1).float()
+        probs = torch.where(has_draft.unsqueeze(-1), probs, 0.0)
+        q.scatter_add_(-1, ids, probs)  # add: zero-prob padding may repeat a listed id
+        point_mass = torch.where((probs == 0).all(dim=-1), point_mass, 0.0)
+    # [B, V] q += point_mass * onehot(draft)
+    q.scatter_add_(-1, drafts.gather(1, at), point_mass.unsqueeze(-1))
+    return q

@@ -1,0 +1,102 @@
+"""process_logits (temperature, top-k, top-p) and sparse_top_k on hand-made logits."""
+
+import math
+
+import pytest
+import torch
+
+from daemon.runtime.sampling.logits import process_logits, sparse_top_k
+
+# probabilities 0.4, 0.3, 0.2, 0.1 at temperature 1, in a shuffled vocabulary order
+LOGITS = torch.tensor([[math.log(0.2), math.log(0.4), math.log(0.1), math.log(0.3)]])
+
+
+def process(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    return process_logits(
+        LOGITS,
+        torch.tensor([temperature]),
+        torch.tensor([top_k], dtype=torch.long),
+        torch.tensor([top_p]),
+    )[0]
+
+
+def test_no_truncation_is_softmax() -> None:
+    torch.testing.assert_close(process(), torch.tensor([0.2, 0.4, 0.1, 0.3]))
+
+
+def test_temperature_sharpens_and_flattens() -> None:
+    cold, hot = process(temperature=0.5), process(temperature=4.0)
+    # p^(1/T), renormalised
+    expected_cold = torch.tensor([0.04, 0.16, 0.01, 0.09]) / 0.30
+    torch.testing.assert_close(cold, expected_cold)
+    assert hot.max() < 0.4 < cold.max()
+
+
+def test_greedy_row_is_softmax_at_temperature_one() -> None:
+    greedy = process(temperature=0.0)
+    torch.testing.assert_close(greedy, process())
+    assert greedy.argmax() == LOGITS.argmax()
+
+
+def test_top_k_keeps_k_most_likely() -> None:
+    torch.testing.assert_close(process(top_k=2), torch.tensor([0.0, 0.4, 0.0, 0.3]) / 0.7)
+    torch.testing.assert_close(process(top_k=1), torch.tensor([0.0, 1.0, 0.0, 0.0]))
+    torch.testing.assert_close(process(top_k=10), process())  # k >= V: off
+
+
+def test_top_p_keeps_smallest_prefix_reaching_p() -> None:
+    # 0.4 < 0.5 so the second token is needed; 0.4 + 0.3 = 0.7 >= 0.5 stops there
+    torch.testing.assert_close(process(top_p=0.5), torch.tensor([0.0, 0.4, 0.0, 0.3]) / 0.7)
+    torch.testing.assert_close(process(top_p=0.75), torch.tensor([0.2, 0.4, 0.0, 0.3]) / 0.9)
+    # tiny top_p still keeps the most likely token
+    torch.testing.assert_close(process(top_p=1e-6), torch.tensor([0.0, 1.0, 0.0, 0.0]))
+
+
+def test_top_k_then_top_p() -> None:
+    # top-k 3 renormalises to 4/9, 3/9, 2/9; top-p 0.6 then keeps 4/9 + 3/9
+    torch.testing.assert_close(
+        process(top_k=3, top_p=0.6), torch.tensor([0.0, 0.4, 0.0, 0.3]) / 0.7
+    )
+    # mass before the third is 7/9 < 0.8, so top-p 0.8 keeps all three top-k tokens
+    torch.testing.assert_close(
+        process(top_k=3, top_p=0.8), torch.tensor([0.2, 0.4, 0.0, 0.3]) / 0.9
+    )
+
+
+def test_rows_are_independent() -> None:
+    logits = LOGITS.expand(3, -1)
+    probs = process_logits(
+        logits,
+        torch.tensor([1.0, 0.0, 2.0]),
+        torch.tensor([2, 0, 0]),
+        torch.tensor([1.0, 1.0, 0.5]),
+    )
+    torch.testing.assert_close(probs[0], process(top_k=2))
+    torch.testing.assert_close(probs[1], process())
+    torch.testing.assert_close(probs[2], process(temperature=2.0, top_p=0.5))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(3))
+
+
+def test_bad_shapes_raise() -> None:
+    with pytest.raises(ValueError, match="top_k"):
+        process_logits(LOGITS, torch.ones(1), torch.zeros(2, dtype=torch.long), torch.ones(1))
+    with pytest.raises(ValueError, match="logits"):
+        process_logits(LOGITS[0], torch.ones(1), torch.zeros(1, dtype=torch.long), torch.ones(1))
+
+
+def test_sparse_top_k_renormalises() -> None:
+    probs = process_logits(
+        torch.randn(5, 16, generator=torch.Generator().manual_seed(0)),
+        torch.ones(5),
+        torch.zeros(5, dtype=torch.long),
+        torch.ones(5),
+    )
+    ids, sparse = sparse_top_k(probs, 4)
+    assert ids.shape == sparse.shape == (5, 4) and ids.dtype == torch.int64
+    torch.testing.assert_close(sparse.sum(-1), torch.ones(5))
+    # the ids are the 4 most likely, in order, with the original ratios
+    torch.testing.assert_close(ids, probs.topk(4, dim=-1).indices)
+    ratio = probs.gather(-1, ids) / sparse
+    torch.testing.assert_close(ratio, ratio[:, :1].expand(-1, 4))
+    with pytest.raises(ValueError):
+        sparse_top_k(probs, 17)

@@ -1,0 +1,199 @@
+"""Hand-made cases for the torch reference rejection sampler (vLLM-style)."""
+
+import pytest
+import torch
+from sampling_batches import random_batch
+
+from daemon.runtime.sampling.rejection import PLACEHOLDER_TOKEN_ID, rejection_sample
+
+P = PLACEHOLDER_TOKEN_ID
+VOCAB = 6
+
+
+def one_hot_probs(tokens: list[list[int]]) -> torch.Tensor:
+    """[B, K+1, V] targets whose argmax at each position is the given token."""
+    logits = torch.full((len(tokens), len(tokens[0]), VOCAB), -5.0)
+    logits.scatter_(-1, torch.tensor(tokens).unsqueeze(-1), 5.0)
+    return torch.softmax(logits, dim=-1)
+
+
+def run_greedy(drafts: list[list[int]], num_draft: list[int], target_argmax: list[list[int]]):
+    num_seqs, max_k = len(drafts), len(target_argmax[0]) - 1
+    draft_ids = torch.tensor(drafts, dtype=torch.long).view(num_seqs, max_k)
+    return rejection_sample(
+        draft_ids,
+        torch.tensor(num_draft, dtype=torch.long),
+        None,
+        None,
+        one_hot_probs(target_argmax),
+        torch.ones(num_seqs, dtype=torch.bool),
+        torch.rand(num_seqs, max_k),
+        torch.ones(num_seqs, max_k + 1, VOCAB),
+    )
+
+
+def test_perfect_match_accepts_all_and_adds_bonus() -> None:
+    out, num = run_greedy([[1, 2, 3]], [3], [[1, 2, 3, 4]])
+    assert out.tolist() == [[1, 2, 3, 4]]
+    assert num.tolist() == [4]
+
+
+def test_early_mismatch_emits_target_argmax() -> None:
+    out, num = run_greedy([[1, 2, 3], [1, 5, 3]], [3, 3], [[0, 2, 3, 4], [1, 2, 3, 4]])
+    assert out.tolist() == [[0, P, P, P], [1, 2, P, P]]
+    assert num.tolist() == [1, 2]
+
+
+def test_empty_draft_emits_one_target_token() -> None:
+    out, num = run_greedy([[P, P]], [0], [[4, 1, 2]])
+    assert out.tolist() == [[4, P, P]]
+    assert num.tolist() == [1]
+
+
+def test_k_zero_for_whole_batch() -> None:
+    out, num = run_greedy([[], []], [0, 0], [[3], [5]])
+    assert out.tolist() == [[3], [5]]
+    assert num.tolist() == [1, 1]
+
+
+def test_empty_batch() -> None:
+    empty = torch.empty(0, 2, dtype=torch.long)
+    out, num = rejection_sample(
+        empty,
+        torch.empty(0, dtype=torch.long),
+        None,
+        None,
+        torch.empty(0, 3, VOCAB),
+        torch.empty(0, dtype=torch.bool),
+        torch.empty(0, 2),
+        torch.empty(0, 3, VOCAB),
+    )
+    assert out.shape == (0, 3) and num.shape == (0,)
+
+
+def test_mixed_batch_with_rows_without_drafts() -> None:
+    drafts = [[1, 2], [P, P], [3, 3], [P, P]]
+    targets = [[1, 2, 0], [4, 4, 4], [3, 1, 2], [5, 0, 0]]
+    out, num = run_greedy(drafts, [2, 0, 2, 0], targets)
+    assert out.tolist() == [[1, 2, 0], [4, P, P], [3, 1, P], [5, P, P]]
+    assert num.tolist() == [3, 1, 2, 1]
+
+
+def sampled_case(
+    target: list[list[float]],
+    drafts: list[int],
+    uniform: list[float],
+    noise: list[list[float]] | None = None,
+    sparse: tuple[list[list[int]], list[list[float]]] | None = None,
+):
+    """One sampled sequence: target [K+1, V] probs, drafts [K]."""
+    max_k = len(drafts)
+    vocab = len(target[0])
+    sparse_ids = sparse_probs = None
+    if sparse is not None:
+        sparse_ids = torch.tensor([sparse[0]], dtype=torch.long)
+        sparse_probs = torch.tensor([sparse[1]])
+    exp_noise = torch.ones(1, max_k + 1, vocab) if noise is None else torch.tensor([noise])
+    return rejection_sample(
+        torch.tensor([drafts], dtype=torch.long).view(1, max_k),
+        torch.tensor([max_k]),
+        sparse_ids,
+        sparse_probs,
+        torch.tensor([target]),
+        torch.tensor([False]),
+        torch.tensor([uniform]).view(1, max_k),
+        exp_noise,
+    )
+
+
+def test_sampled_zero_target_prob_is_rejected_and_residual_excludes_draft() -> None:
+    # p(1) = 0 at position 0: x = 1 is rejected even with u = 0; the residual
+    # max(0, p - onehot(1)) = p, and noise makes token 2 win the race (0.3/0.1 > 0.7/1).
+    target = [[0.7, 0.0, 0.3], [1.0, 0.0, 0.0]]
+    out, num = sampled_case(target, [1], [0.0], noise=[[1.0, 1.0, 0.1], [1.0, 1.0, 1.0]])
+    assert out.tolist() == [[2, P]] and num.tolist() == [1]
+
+
+def test_sampled_rejection_never_resamples_the_rejected_token() -> None:
+    # q = point mass on 0, p(0) = 0.9: rejected when u >= 0.9. Residual = [0, 0.1, 0]: only 1.
+    target = [[0.9, 0.1, 0.0], [0.0, 0.0, 1.0]]
+    out, _ = sampled_case(target, [0], [0.95], noise=[[1e-3, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    assert out.tolist() == [[1, P]]
+    out, _ = sampled_case(target, [0], [0.85])  # u < p/q = 0.9: accepted, then bonus 2
+    assert out.tolist() == [[0, 2]]
+
+
+def test_sparse_q_acceptance_threshold() -> None:
+    # q(x=2) = 0.8 > p(2) = 0.4: accept iff u < 0.5
+    target = [[0.3, 0.3, 0.4, 0.0], [0.0, 0.0, 0.0, 1.0]]
+    sparse = ([[2, 1, 0]], [[0.8, 0.2, 0.0]])
+    accepted, _ = sampled_case(target, [2], [0.49], sparse=sparse)
+    assert accepted.tolist() == [[2, 3]]
+    # rejected: residual max(0, p - q) = [0.3, 0.1, 0, 0]; noise favours token 1 (0.1 / 0.01)
+    noise = [[1.0, 0.01, 1.0, 1.0], [1.0] * 4]
+    rejected, _ = sampled_case(target, [2], [0.51], noise=noise, sparse=sparse)
+    assert rejected.tolist() == [[1, P]]
+
+
+def test_residual_all_zero_falls_back_to_target() -> None:
+    # p == q; u = 1.0 (outside [0, 1)) forces a rejection, the residual is empty,
+    # and the race over p picks token 1 (0.5 / 0.5 > 0.5 / 1).
+    target = [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]
+    sparse = ([[0, 1]], [[0.5, 0.5]])
+    out, _ = sampled_case(target, [0], [1.0], noise=[[1.0, 0.5, 1.0], [1.0] * 3], sparse=sparse)
+    assert out.tolist() == [[1, P]]
+
+
+def test_all_zero_sparse_probs_mean_point_mass() -> None:
+    # q point mass on x=1 (p(1)=0.5): accept iff u < 0.5; the zero-prob padding id 0 is ignored
+    target = [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]
+    sparse = ([[0, 0]], [[0.0, 0.0]])
+    out, _ = sampled_case(target, [1], [0.6], noise=[[1.0, 1e-3, 1.0], [1.0] * 3], sparse=sparse)
+    assert out.tolist() == [[0, P]]  # residual [0.5, 0, 0]
+    out, _ = sampled_case(target, [1], [0.4], sparse=sparse)
+    assert out.tolist() == [[1, 2]]
+
+
+def test_mismatched_shapes_raise() -> None:
+    drafts = torch.zeros(2, 3, dtype=torch.long)
+    good = dict(
+        num_draft_tokens=torch.tensor([3, 3]),
+        draft_sparse_ids=None,
+        draft_sparse_probs=None,
+        target_probs=torch.full((2, 4, VOCAB), 1 / VOCAB),
+        is_greedy=torch.tensor([True, False]),
+        uniform=torch.rand(2, 3),
+        exp_noise=torch.ones(2, 4, VOCAB),
+    )
+    rejection_sample(drafts, **good)
+    bad_cases = {
+        "target_probs": torch.ones(2, 3, VOCAB),
+        "uniform": torch.rand(2, 4),
+        "exp_noise": torch.ones(2, 4, VOCAB + 1),
+        "num_draft_tokens": torch.tensor([4, 0]),
+        "draft_sparse_ids": torch.zeros(2, 3, 2, dtype=torch.long),
+        "is_greedy": torch.tensor([1, 0]),
+    }
+    for name, value in bad_cases.items():
+        with pytest.raises(ValueError):
+            rejection_sample(drafts, **{**good, name: value})
+    with pytest.raises(ValueError, match="draft_token_ids"):
+        rejection_sample(torch.full((2, 3), VOCAB), **good)
+
+
+def test_output_invariants_on_random_batches() -> None:
+    gen = torch.Generator().manual_seed(1)
+    for num_sparse in (None, 3):
+        inputs = random_batch(gen, num_seqs=64, max_k=4, vocab_size=9, num_sparse=num_sparse)
+        out, num = rejection_sample(*inputs.args())
+        num_draft = inputs.num_draft_tokens
+        assert ((num >= 1) & (num <= num_draft + 1)).all()
+        positions = torch.arange(5)
+        is_accepted = positions[:4] < (num - 1).unsqueeze(-1)
+        assert torch.equal(out[:, :4][is_accepted], inputs.draft_token_ids[is_accepted])
+        assert (out.gather(1, (num - 1).unsqueeze(-1)) >= 0).all()
+        assert (out[positions >= num.unsqueeze(-1)] == P).all()
+        # greedy rows emit the target argmax at the last position
+        last = inputs.target_probs.argmax(-1).gather(1, (num - 1).unsqueeze(-1)).squeeze(-1)
+        emitted = out.gather(1, (num - 1).unsqueeze(-1)).squeeze(-1)
+        assert torch.equal(emitted[inputs.is_greedy], last[inputs.is_greedy])
