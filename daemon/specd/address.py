@@ -1,0 +1,43 @@
+"""Parse and check `host:port` addresses of a Ray head."""
+
+import ipaddress
+import re
+import socket
+
+_DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """Split 'host:port' ('[v6]:port' for IPv6); raise ValueError saying what is wrong."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{text!r} is not of the form host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{host!r} is not an IPv6 address") from None
+    elif not _is_ipv4(host) and not _HOSTNAME.fullmatch(host):
+        raise ValueError(f"{host!r} is neither an IP address nor a host name")
+    if not port_text.isascii() or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"port {port_text!r} is not a number from 1 to 65535")
+    return host, int(port_text)
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def is_reachable(host: str, port: int, timeout_s: float) -> bool:
+    """Whether a TCP connection to host:port opens within `timeout_s`."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except (OSError, UnicodeError):
+        return False

@@ -1,0 +1,100 @@
+"""The specd HTTP API. Handlers are thin: they call the same objects the tests drive."""
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from daemon.specd.api_models import (
+    MAX_LOG_LINES,
+    ErrorBody,
+    RayStartRequest,
+    RayStartResponse,
+    RayStatus,
+    RayStopResponse,
+)
+from daemon.specd.auth import BearerAuthMiddleware
+from daemon.specd.config import SpecdConfig
+from daemon.specd.inventory import Inventory
+from daemon.specd.log_tail import tail_lines
+from daemon.specd.ray_node import RayNode, RayNodeError
+from daemon.specd.ray_status import query_status
+
+logger = logging.getLogger(__name__)
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody},
+    409: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+}
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [{"field": _field(e["loc"]), "message": e["msg"]} for e in exc.errors()]
+    first = details[0] if details else {"field": None, "message": "invalid request"}
+    body = ErrorBody(
+        error=f"invalid request: {first['field']}: {first['message']}",
+        field=first["field"],
+        details=details,
+    )
+    return JSONResponse(status_code=422, content=body.model_dump())
+
+
+async def _ray_node_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RayNodeError)
+    logger.warning("ray request refused (%d): %s", exc.status_code, exc.message)
+    body = ErrorBody(error=exc.message, field=exc.field)
+    return JSONResponse(status_code=exc.status_code, content=body.model_dump())
+
+
+def create_app(
+    config: SpecdConfig,
+    token: str,
+    token_file: Path,
+    ray_node: RayNode,
+    inventory: Callable[[], Inventory],
+) -> FastAPI:
+    app = FastAPI(title="specd", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(BearerAuthMiddleware, token=token)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(RayNodeError, _ray_node_error)
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/inventory", responses=_ERRORS)
+    def get_inventory() -> dict[str, Any]:
+        return inventory().to_json()
+
+    @app.post("/v1/ray/start", responses=_ERRORS)
+    def ray_start(request: RayStartRequest) -> RayStartResponse:
+        node, started = ray_node.start(request)
+        status = RayStatus(
+            running=True, role=node.role, gcs_address=node.gcs_address, labels=node.labels
+        )
+        return RayStartResponse(started=started, status=status)
+
+    @app.post("/v1/ray/stop", responses=_ERRORS)
+    def ray_stop() -> RayStopResponse:
+        stopped, leftover = ray_node.stop()
+        return RayStopResponse(stopped=stopped, leftover_pids=leftover)
+
+    @app.get("/v1/ray/status", responses=_ERRORS)
+    def ray_status() -> RayStatus:
+        return query_status(config, token_file, ray_node.running)
+
+    @app.get("/v1/logs", responses=_ERRORS)
+    def logs(lines: int = Query(100, ge=1, le=MAX_LOG_LINES)) -> dict[str, list[str]]:
+        return {"lines": tail_lines(config.log_file, lines)}
+
+    return app
