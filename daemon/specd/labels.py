@@ -18,7 +18,6 @@ UNKNOWN_VALUE = "unknown"
 BYTES_PER_GIB = 1024**3
 
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
-_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _INVALID_RUN = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -29,9 +28,9 @@ def label_key_error(key: str) -> str | None:
     prefix, _, name = key.rpartition("/")
     if prefix and (
         len(prefix) > LABEL_PREFIX_MAX_CHARS
-        or not all(_DNS_LABEL.fullmatch(part) for part in prefix.split("."))
+        or not all(_NAME.fullmatch(part) for part in prefix.split("."))
     ):
-        return f"label key prefix {prefix!r} must be DNS labels separated by dots"
+        return f"label key prefix {prefix!r} must be names separated by dots"
     if not _NAME.fullmatch(name):
         return (
             f"label key name {name!r} must be 1-63 characters of letters, digits, '-', '_', '.',"

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from specctl.cluster_token import generate_token, write_token
+
 from .specd_process import SpecdProcess
 
 

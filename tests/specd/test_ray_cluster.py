@@ -31,6 +31,8 @@ def _driver(address: str, token: str | None, home: str) -> subprocess.CompletedP
     env["HOME"] = home  # no ~/.ray/auth_token to fall back on
     if token is not None:
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    # a refused driver retries the GCS once a second, 20 times by default: 3 is enough here
+    env["RAY_NUM_REDIS_GET_RETRIES"] = "3"
     return subprocess.run(
         [sys.executable, "-c", DRIVER, address],
         env=env,
@@ -57,9 +59,7 @@ def test_two_node_cluster_through_the_api(
     conflict = head.call("POST", "/v1/ray/start", json={"role": "worker", "address": gcs_address})
     assert conflict.status_code == 409 and conflict.json()["field"] == "role"
 
-    response = worker.call(
-        "POST", "/v1/ray/start", json={"role": "worker", "address": gcs_address}
-    )
+    response = worker.call("POST", "/v1/ray/start", json={"role": "worker", "address": gcs_address})
     assert response.status_code == 200, response.text
 
     status = head.call("GET", "/v1/ray/status").json()
