@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from daemon.specd.api_models import (
     MAX_LOG_LINES,
@@ -49,6 +50,12 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=422, content=body.model_dump())
 
 
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    body = ErrorBody(error=str(exc.detail))
+    return JSONResponse(status_code=exc.status_code, content=body.model_dump(), headers=exc.headers)
+
+
 async def _ray_node_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RayNodeError)
     logger.warning("ray request refused (%d): %s", exc.status_code, exc.message)
@@ -67,6 +74,7 @@ def create_app(
     app.add_middleware(BearerAuthMiddleware, token=token)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RayNodeError, _ray_node_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -31,3 +31,13 @@ def specd_pair(cluster_token: tuple[Path, str]) -> Iterator[tuple[SpecdProcess, 
     finally:
         worker.close()
         head.close()
+
+
+@pytest.fixture(scope="module")
+def specd_single(cluster_token: tuple[Path, str]) -> Iterator[SpecdProcess]:
+    token_file, token = cluster_token
+    daemon = SpecdProcess(token_file, token, "solo")
+    try:
+        yield daemon
+    finally:
+        daemon.close()

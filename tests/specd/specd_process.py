@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -78,8 +79,11 @@ class SpecdProcess:
     def output(self) -> str:
         return (self.state_dir / "stdout.log").read_text(errors="replace")[-3000:]
 
-    def call(self, method: str, path: str, **kwargs: object) -> httpx.Response:
-        return self.client.request(method, path, headers=self.headers, **kwargs)  # type: ignore[arg-type]
+    def call(
+        self, method: str, path: str, headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        merged = {**self.headers, **(headers or {})}
+        return self.client.request(method, path, headers=merged, **kwargs)
 
     def ray_pids(self) -> list[int]:
         """Every live process whose command line names this daemon's state dir (its Ray)."""
