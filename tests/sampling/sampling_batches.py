@@ -74,7 +74,8 @@ def _sparse_around(
     # make the draft token the most likely one, so top-S lists it
     logits.scatter_(-1, drafts.reshape(-1, 1), 100.0)
     ids, probs = sparse_top_k(torch.softmax(logits, -1), num_sparse)  # [B*K, S]
-    ids, probs = ids.view(num_seqs, max_k, -1), probs.view(num_seqs, max_k, -1)
+    ids = ids.view(num_seqs, max_k, num_sparse)
+    probs = probs.view(num_seqs, max_k, num_sparse)
     is_padding = torch.rand(ids.shape, generator=gen) < 0.2
     is_padding[..., 0] = False  # keep the draft token itself
     probs = torch.where(is_padding, 0.0, probs)

@@ -1,10 +1,13 @@
-"""Hand-made cases for the torch reference rejection sampler (vLLM-style)."""
+"""Hand-made cases for the rejection sampler (vLLM-style). `sampler` is the torch reference,
+and also the Triton kernel when run under the interpreter (see conftest.py)."""
+
+from collections.abc import Callable
 
 import pytest
 import torch
 from sampling_batches import random_batch
 
-from daemon.runtime.sampling.rejection import PLACEHOLDER_TOKEN_ID, rejection_sample
+from daemon.runtime.sampling.rejection import PLACEHOLDER_TOKEN_ID
 
 P = PLACEHOLDER_TOKEN_ID
 VOCAB = 6
@@ -17,10 +20,12 @@ def one_hot_probs(tokens: list[list[int]]) -> torch.Tensor:
     return torch.softmax(logits, dim=-1)
 
 
-def run_greedy(drafts: list[list[int]], num_draft: list[int], target_argmax: list[list[int]]):
+def run_greedy(
+    sampler: Callable, drafts: list[list[int]], num_draft: list[int], target_argmax: list[list[int]]
+):
     num_seqs, max_k = len(drafts), len(target_argmax[0]) - 1
     draft_ids = torch.tensor(drafts, dtype=torch.long).view(num_seqs, max_k)
-    return rejection_sample(
+    return sampler(
         draft_ids,
         torch.tensor(num_draft, dtype=torch.long),
         None,
@@ -32,33 +37,33 @@ def run_greedy(drafts: list[list[int]], num_draft: list[int], target_argmax: lis
     )
 
 
-def test_perfect_match_accepts_all_and_adds_bonus() -> None:
-    out, num = run_greedy([[1, 2, 3]], [3], [[1, 2, 3, 4]])
+def test_perfect_match_accepts_all_and_adds_bonus(sampler: Callable) -> None:
+    out, num = run_greedy(sampler, [[1, 2, 3]], [3], [[1, 2, 3, 4]])
     assert out.tolist() == [[1, 2, 3, 4]]
     assert num.tolist() == [4]
 
 
-def test_early_mismatch_emits_target_argmax() -> None:
-    out, num = run_greedy([[1, 2, 3], [1, 5, 3]], [3, 3], [[0, 2, 3, 4], [1, 2, 3, 4]])
+def test_early_mismatch_emits_target_argmax(sampler: Callable) -> None:
+    out, num = run_greedy(sampler, [[1, 2, 3], [1, 5, 3]], [3, 3], [[0, 2, 3, 4], [1, 2, 3, 4]])
     assert out.tolist() == [[0, P, P, P], [1, 2, P, P]]
     assert num.tolist() == [1, 2]
 
 
-def test_empty_draft_emits_one_target_token() -> None:
-    out, num = run_greedy([[P, P]], [0], [[4, 1, 2]])
+def test_empty_draft_emits_one_target_token(sampler: Callable) -> None:
+    out, num = run_greedy(sampler, [[P, P]], [0], [[4, 1, 2]])
     assert out.tolist() == [[4, P, P]]
     assert num.tolist() == [1]
 
 
-def test_k_zero_for_whole_batch() -> None:
-    out, num = run_greedy([[], []], [0, 0], [[3], [5]])
+def test_k_zero_for_whole_batch(sampler: Callable) -> None:
+    out, num = run_greedy(sampler, [[], []], [0, 0], [[3], [5]])
     assert out.tolist() == [[3], [5]]
     assert num.tolist() == [1, 1]
 
 
-def test_empty_batch() -> None:
+def test_empty_batch(sampler: Callable) -> None:
     empty = torch.empty(0, 2, dtype=torch.long)
-    out, num = rejection_sample(
+    out, num = sampler(
         empty,
         torch.empty(0, dtype=torch.long),
         None,
@@ -71,15 +76,16 @@ def test_empty_batch() -> None:
     assert out.shape == (0, 3) and num.shape == (0,)
 
 
-def test_mixed_batch_with_rows_without_drafts() -> None:
+def test_mixed_batch_with_rows_without_drafts(sampler: Callable) -> None:
     drafts = [[1, 2], [P, P], [3, 3], [P, P]]
     targets = [[1, 2, 0], [4, 4, 4], [3, 1, 2], [5, 0, 0]]
-    out, num = run_greedy(drafts, [2, 0, 2, 0], targets)
+    out, num = run_greedy(sampler, drafts, [2, 0, 2, 0], targets)
     assert out.tolist() == [[1, 2, 0], [4, P, P], [3, 1, P], [5, P, P]]
     assert num.tolist() == [3, 1, 2, 1]
 
 
 def sampled_case(
+    sampler: Callable,
     target: list[list[float]],
     drafts: list[int],
     uniform: list[float],
@@ -94,7 +100,7 @@ def sampled_case(
         sparse_ids = torch.tensor([sparse[0]], dtype=torch.long)
         sparse_probs = torch.tensor([sparse[1]])
     exp_noise = torch.ones(1, max_k + 1, vocab) if noise is None else torch.tensor([noise])
-    return rejection_sample(
+    return sampler(
         torch.tensor([drafts], dtype=torch.long).view(1, max_k),
         torch.tensor([max_k]),
         sparse_ids,
@@ -106,55 +112,61 @@ def sampled_case(
     )
 
 
-def test_sampled_zero_target_prob_is_rejected_and_residual_excludes_draft() -> None:
+def test_sampled_zero_target_prob_is_rejected_and_residual_excludes_draft(
+    sampler: Callable,
+) -> None:
     # p(1) = 0 at position 0: x = 1 is rejected even with u = 0; the residual
     # max(0, p - onehot(1)) = p, and noise makes token 2 win the race (0.3/0.1 > 0.7/1).
     target = [[0.7, 0.0, 0.3], [1.0, 0.0, 0.0]]
-    out, num = sampled_case(target, [1], [0.0], noise=[[1.0, 1.0, 0.1], [1.0, 1.0, 1.0]])
+    out, num = sampled_case(sampler, target, [1], [0.0], noise=[[1.0, 1.0, 0.1], [1.0, 1.0, 1.0]])
     assert out.tolist() == [[2, P]] and num.tolist() == [1]
 
 
-def test_sampled_rejection_never_resamples_the_rejected_token() -> None:
+def test_sampled_rejection_never_resamples_the_rejected_token(sampler: Callable) -> None:
     # q = point mass on 0, p(0) = 0.9: rejected when u >= 0.9. Residual = [0, 0.1, 0]: only 1.
     target = [[0.9, 0.1, 0.0], [0.0, 0.0, 1.0]]
-    out, _ = sampled_case(target, [0], [0.95], noise=[[1e-3, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    out, _ = sampled_case(sampler, target, [0], [0.95], noise=[[1e-3, 1.0, 1.0], [1.0, 1.0, 1.0]])
     assert out.tolist() == [[1, P]]
-    out, _ = sampled_case(target, [0], [0.85])  # u < p/q = 0.9: accepted, then bonus 2
+    out, _ = sampled_case(sampler, target, [0], [0.85])  # u < p/q = 0.9: accepted, then bonus 2
     assert out.tolist() == [[0, 2]]
 
 
-def test_sparse_q_acceptance_threshold() -> None:
+def test_sparse_q_acceptance_threshold(sampler: Callable) -> None:
     # q(x=2) = 0.8 > p(2) = 0.4: accept iff u < 0.5
     target = [[0.3, 0.3, 0.4, 0.0], [0.0, 0.0, 0.0, 1.0]]
     sparse = ([[2, 1, 0]], [[0.8, 0.2, 0.0]])
-    accepted, _ = sampled_case(target, [2], [0.49], sparse=sparse)
+    accepted, _ = sampled_case(sampler, target, [2], [0.49], sparse=sparse)
     assert accepted.tolist() == [[2, 3]]
     # rejected: residual max(0, p - q) = [0.3, 0.1, 0, 0]; noise favours token 1 (0.1 / 0.01)
     noise = [[1.0, 0.01, 1.0, 1.0], [1.0] * 4]
-    rejected, _ = sampled_case(target, [2], [0.51], noise=noise, sparse=sparse)
+    rejected, _ = sampled_case(sampler, target, [2], [0.51], noise=noise, sparse=sparse)
     assert rejected.tolist() == [[1, P]]
 
 
-def test_residual_all_zero_falls_back_to_target() -> None:
+def test_residual_all_zero_falls_back_to_target(sampler: Callable) -> None:
     # p == q; u = 1.0 (outside [0, 1)) forces a rejection, the residual is empty,
     # and the race over p picks token 1 (0.5 / 0.5 > 0.5 / 1).
     target = [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]
     sparse = ([[0, 1]], [[0.5, 0.5]])
-    out, _ = sampled_case(target, [0], [1.0], noise=[[1.0, 0.5, 1.0], [1.0] * 3], sparse=sparse)
+    out, _ = sampled_case(
+        sampler, target, [0], [1.0], noise=[[1.0, 0.5, 1.0], [1.0] * 3], sparse=sparse
+    )
     assert out.tolist() == [[1, P]]
 
 
-def test_all_zero_sparse_probs_mean_point_mass() -> None:
+def test_all_zero_sparse_probs_mean_point_mass(sampler: Callable) -> None:
     # q point mass on x=1 (p(1)=0.5): accept iff u < 0.5; the zero-prob padding id 0 is ignored
     target = [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]
     sparse = ([[0, 0]], [[0.0, 0.0]])
-    out, _ = sampled_case(target, [1], [0.6], noise=[[1.0, 1e-3, 1.0], [1.0] * 3], sparse=sparse)
+    out, _ = sampled_case(
+        sampler, target, [1], [0.6], noise=[[1.0, 1e-3, 1.0], [1.0] * 3], sparse=sparse
+    )
     assert out.tolist() == [[0, P]]  # residual [0.5, 0, 0]
-    out, _ = sampled_case(target, [1], [0.4], sparse=sparse)
+    out, _ = sampled_case(sampler, target, [1], [0.4], sparse=sparse)
     assert out.tolist() == [[1, 2]]
 
 
-def test_mismatched_shapes_raise() -> None:
+def test_mismatched_shapes_raise(sampler: Callable) -> None:
     drafts = torch.zeros(2, 3, dtype=torch.long)
     good = dict(
         num_draft_tokens=torch.tensor([3, 3]),
@@ -165,7 +177,7 @@ def test_mismatched_shapes_raise() -> None:
         uniform=torch.rand(2, 3),
         exp_noise=torch.ones(2, 4, VOCAB),
     )
-    rejection_sample(drafts, **good)
+    sampler(drafts, **good)
     bad_cases = {
         "target_probs": torch.ones(2, 3, VOCAB),
         "uniform": torch.rand(2, 4),
@@ -176,16 +188,16 @@ def test_mismatched_shapes_raise() -> None:
     }
     for name, value in bad_cases.items():
         with pytest.raises(ValueError):
-            rejection_sample(drafts, **{**good, name: value})
+            sampler(drafts, **{**good, name: value})
     with pytest.raises(ValueError, match="draft_token_ids"):
-        rejection_sample(torch.full((2, 3), VOCAB), **good)
+        sampler(torch.full((2, 3), VOCAB), **good)
 
 
-def test_output_invariants_on_random_batches() -> None:
+def test_output_invariants_on_random_batches(sampler: Callable) -> None:
     gen = torch.Generator().manual_seed(1)
     for num_sparse in (None, 3):
         inputs = random_batch(gen, num_seqs=64, max_k=4, vocab_size=9, num_sparse=num_sparse)
-        out, num = rejection_sample(*inputs.args())
+        out, num = sampler(*inputs.args())
         num_draft = inputs.num_draft_tokens
         assert ((num >= 1) & (num <= num_draft + 1)).all()
         positions = torch.arange(5)
