@@ -4,6 +4,7 @@ backstop) and the daemon itself, so nothing outlives a failed test."""
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -113,3 +114,4 @@ class SpecdProcess:
                 end_session(os.getsid(pid), grace_s=5)
         self.client.close()
         self.log.close()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
