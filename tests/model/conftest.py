@@ -1,12 +1,10 @@
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.model.helpers import TinyFactory
 from tests.tiny_models import make_tiny_checkpoint
-
-TinyFactory = Callable[..., Path]
 
 
 @pytest.fixture(scope="session")

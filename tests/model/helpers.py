@@ -1,6 +1,7 @@
 """Shared checks for the model tests: transformers' own forward as the reference."""
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -8,6 +9,7 @@ import torch
 from daemon.runtime.model import CausalLM, ForwardBatch, LogitsMode
 
 ATOL = 1e-4
+TinyFactory = Callable[..., Path]  # the tiny_checkpoint fixture: (arch, **kwargs) -> dir
 
 
 @functools.lru_cache(maxsize=16)

@@ -7,8 +7,8 @@ import torch
 from daemon.runtime.model import LogitsMode, load_model
 from daemon.runtime.model.hf_fallback import HFCausalLM
 from daemon.runtime.model.llama import LlamaForCausalLM
-from tests.model.conftest import TinyFactory
-from tests.model.helpers import assert_step_matches_hf, hf_logits, step
+from tests.model.helpers import TinyFactory, assert_step_matches_hf, hf_logits, step
+from tests.tiny_models import make_tiny_checkpoint
 
 TOKENS = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38]
 
@@ -77,3 +77,14 @@ def test_max_model_len(tiny_checkpoint: TinyFactory) -> None:
     assert model.cache.keys[0].shape == (3, 2, 4096, 16)
     assert load_model(path, max_model_len=8192).max_model_len == 8192
     assert load_model(tiny_checkpoint("llama"), max_model_len=100).max_model_len == 100
+
+
+def test_legacy_torch_dtype_key(tmp_path: Path) -> None:
+    import json
+
+    path = make_tiny_checkpoint(tmp_path, dtype=torch.bfloat16, with_tokenizer=False)
+    config = json.loads((path / "config.json").read_text())
+    config["torch_dtype"] = config.pop("dtype")
+    (path / "config.json").write_text(json.dumps(config))
+    assert load_model(path).dtype == torch.bfloat16
+    assert load_model(path, backend="hf").dtype == torch.bfloat16

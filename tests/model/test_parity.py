@@ -9,8 +9,7 @@ import torch
 from daemon.runtime.model import LogitsMode, load_model
 from daemon.runtime.model.hf_fallback import HFCausalLM
 from daemon.runtime.model.llama import LlamaForCausalLM
-from tests.model.conftest import TinyFactory
-from tests.model.helpers import assert_step_matches_hf, random_tokens, step
+from tests.model.helpers import TinyFactory, assert_step_matches_hf, random_tokens, step
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("llama", {}),

@@ -10,8 +10,7 @@ import torch
 from daemon.runtime.model import load_model
 from daemon.runtime.model.hf_fallback import HFCausalLM
 from daemon.runtime.model.llama import LlamaForCausalLM
-from tests.model.conftest import TinyFactory
-from tests.model.helpers import assert_step_matches_hf, random_tokens, step
+from tests.model.helpers import TinyFactory, assert_step_matches_hf, random_tokens, step
 from tests.tiny_models import make_tiny_checkpoint
 
 ROPE_VARIANTS: dict[str, dict[str, Any]] = {

@@ -98,7 +98,7 @@ class ModelConfig:
             sliding_window=sliding_window,
             sliding_layers=_sliding_layers(raw, architecture, sliding_window, ints),
             hidden_act=str(raw.get("hidden_act", "silu")),
-            dtype=_checkpoint_dtype(raw, source),
+            dtype=_checkpoint_dtype(raw),
         )
 
 
@@ -168,10 +168,6 @@ def _sliding_layers(
     return (True,) * num_layers
 
 
-def _checkpoint_dtype(raw: dict[str, Any], source: str) -> torch.dtype | None:
-    name = raw.get("dtype") or raw.get("torch_dtype")
-    if name is None:
-        return None
-    if name not in DTYPES:
-        raise ModelLoadError(f"{source}: unsupported field 'dtype': {name!r}")
-    return DTYPES[name]
+def _checkpoint_dtype(raw: dict[str, Any]) -> torch.dtype | None:
+    """The dtype config.json names, if one the runner supports (load_model checks "auto")."""
+    return DTYPES.get(raw.get("dtype") or raw.get("torch_dtype") or "")

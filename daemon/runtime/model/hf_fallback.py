@@ -19,7 +19,9 @@ class HFCausalLM:
         self, model: Any, *, num_slots: int, max_model_len: int, device: torch.device
     ) -> None:
         self.model = model
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        head = model.get_output_embeddings()
+        vocab_size = head.weight.shape[0] if head is not None else model.config.vocab_size
+        self.vocab_size = int(vocab_size)  # logits width
         self.max_model_len = max_model_len
         self.num_slots = num_slots
         self.device = device
