@@ -168,6 +168,9 @@ def run_vllm(
     C running together. Raises PeerError (one line) on failure or after timeout_s.
     """
     options = options or VllmOptions()
+    for role, path in (("target", target), ("draft", draft)):
+        if path is not None and not (Path(path) / "config.json").is_file():
+            raise PeerError(f"vLLM peer: {role} checkpoint {path} has no config.json")
     job = _job(target, draft, k, prompts_token_ids, prompts_text, max_tokens, concurrency, options)
     output = _run_peer(job, timeout_s, venv)
     outputs: list[list[int]] = output["output_token_ids"]

@@ -6,7 +6,7 @@ import pytest
 
 from bench.peers.hf_peer import load_causal_lm, run_hf_assisted, run_hf_generate
 from bench.peers.result import PeerResult
-from bench.peers.vllm_runner import run_vllm, vllm_available
+from bench.peers.vllm_runner import PeerError, run_vllm, vllm_available
 from tests.tiny_models import make_tiny_checkpoint
 
 PROMPTS = [[1, 2, 3, 4, 5], [72, 101, 108, 108, 111, 44, 32], [200, 17]]
@@ -90,7 +90,18 @@ def test_vllm_available_says_why_not(tmp_path: Path) -> None:
     assert "not installed" in reason and "setup_vllm_venv.sh" in reason
 
 
+def test_vllm_peer_names_a_missing_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(PeerError, match=r"has no config\.json"):
+        run_vllm(tmp_path / "nothing", None, K, PROMPTS, MAX_TOKENS, concurrency=1, timeout_s=60)
+
+
 VLLM_OK, VLLM_REASON = vllm_available()
+
+
+@pytest.mark.skipif(not VLLM_OK, reason=VLLM_REASON)
+def test_vllm_peer_times_out_with_one_line(pair: tuple[Path, Path]) -> None:
+    with pytest.raises(PeerError, match=r"^vLLM peer timed out after 1s$"):
+        run_vllm(pair[0], None, K, PROMPTS, MAX_TOKENS, concurrency=1, timeout_s=1)
 
 
 @pytest.mark.slow
