@@ -106,6 +106,38 @@ def demo_command(
         fail(str(exc))
 
 
+@app.command("bench", help="Benchmark specctl against target-only decoding and peer engines.")
+def bench_command(
+    target: Path | None = typer.Option(
+        None, "--target", help="Target dir (default: the demo target, cost-scaled)."
+    ),
+    draft: Path | None = typer.Option(None, "--draft", help="Draft dir (default: the demo draft)."),
+    cost_ratio: float = typer.Option(
+        30.0, "--cost-ratio", help="Make the demo target this many times the draft's cost (0: off)."
+    ),
+    num_prompts: int = typer.Option(8, "--num-prompts"),
+    max_tokens: int = typer.Option(64, "--max-tokens"),
+    k: int = typer.Option(4, "--num-speculative-tokens", "-k"),
+    concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="Comma-separated."),
+    peers: bool = typer.Option(True, "--peers/--no-peers", help="Also run transformers and vLLM."),
+    out_dir: Path = typer.Option(Path(".bench-out"), "--out", help="JSON, PNG and model cache."),
+) -> None:
+    from daemon.runtime.errors import SpecError
+    from specctl.commands.bench import default_config, run_bench_command
+
+    try:
+        cfg = default_config(out_dir, draft)
+        cfg.num_prompts, cfg.max_tokens, cfg.k, cfg.peers = num_prompts, max_tokens, k, peers
+        cfg.concurrencies = [int(c) for c in concurrency.split(",") if c.strip()]
+        if not cfg.concurrencies or any(c < 1 for c in cfg.concurrencies):
+            fail(f"--concurrency must list positive integers, got {concurrency!r}")
+        run_bench_command(cfg, target, cost_ratio)
+    except ValueError as exc:
+        fail(f"--concurrency must list positive integers ({exc})")
+    except SpecError as exc:
+        fail(str(exc))
+
+
 def main() -> None:
     app()
 

@@ -1,5 +1,6 @@
 """The speculative decoding engine: continuous batching around draft -> verify rounds."""
 
+import gc
 import time
 from collections.abc import Callable, Iterable
 
@@ -19,6 +20,14 @@ from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals, Proposer, ProposeRequest, empty_proposals
 
 Detokenize = Callable[[list[int]], str]
+
+
+def _freeze_startup_heap() -> None:
+    """Move everything alive now (models, transformers' module graph) out of the garbage
+    collector's reach. Without it, collections triggered by each round's small allocations
+    walk that whole heap: measured at 60-70% of a round's time on tiny models."""
+    gc.collect()
+    gc.freeze()
 
 
 class SpecEngine:
@@ -54,6 +63,7 @@ class SpecEngine:
         self.stats = EngineStats()
         self.last_round = RoundStats()
         self._request_ids: set[str] = set()
+        _freeze_startup_heap()
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:

@@ -26,7 +26,7 @@ class Verdict:
 def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verdict:
     drafts = proposals.draft_token_ids  # [B, K]
     num_draft = proposals.num_draft_tokens
-    draft_lists = [drafts[b, : num_draft[b]].tolist() for b in range(len(seqs))]
+    draft_lists = [row[:n] for row, n in zip(drafts.tolist(), num_draft, strict=True)]
     batch = ForwardBatch(
         slots=[s.slot for s in seqs],
         token_ids=[[s.token_ids[-1], *d] for s, d in zip(seqs, draft_lists, strict=True)],

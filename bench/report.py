@@ -1,0 +1,88 @@
+"""Print the bench report as a table and draw it as a PNG."""
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_report(report: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title="specctl bench (greedy, EOS ignored, same prompts for every engine)")
+    for col in (
+        "engine",
+        "mode",
+        "conc.",
+        "prompts",
+        "tokens/s",
+        "x specctl target-only",
+        "acceptance",
+        "mean acc. len",
+        "note",
+    ):
+        table.add_column(col, justify="left" if col in ("engine", "mode", "note") else "right")
+    for r in report["rows"]:
+        table.add_row(
+            r["engine"],
+            r["mode"],
+            str(r["concurrency"]),
+            r["prompts"],
+            f"{r['tokens_per_s']:.1f}",
+            _fmt(r["ratio"], ".2f"),
+            _fmt(r["acceptance_rate"], ".3f"),
+            _fmt(r["mean_acceptance_length"], ".2f"),
+            r["note"],
+        )
+    console.print(table)
+    b = report["bound"]
+    console.print(
+        f"analytic bound at batch 1: acceptance a={b['acceptance']:.3f}, k={b['k']}, "
+        f"target step {1000 * b['target_step_s']:.2f} ms, "
+        f"verify of k+1 tokens {1000 * b['verify_s']:.2f} ms, "
+        f"draft step {1000 * b['draft_step_s']:.2f} ms (cost ratio {b['cost_ratio']:.1f}x): "
+        f"expected speedup (1-a^(k+1))/(1-a) / round cost = {b['speedup_bound']:.2f}x; "
+        f"measured {b['measured_speedup']:.2f}x; efficiency {b['efficiency']:.2f}"
+    )
+    console.print(f"greedy outputs identical to target-only at batch 1: {report['lossless']}")
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+
+
+def plot_report(report: dict[str, Any], path: Path) -> Path | None:
+    """Bars at batch 1 (every engine), lines for specctl under concurrency; None without
+    matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [r for r in report["rows"] if r["prompts"] == "code"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    single = [r for r in rows if r["concurrency"] == 1]
+    left.barh([f"{r['engine']} {r['mode']}" for r in single], [r["tokens_per_s"] for r in single])
+    left.set_xlabel("tokens/s (batch 1)")
+    left.invert_yaxis()
+    modes = sorted({r["mode"] for r in rows if r["engine"] == "specctl"})
+    for mode in modes:
+        pts = sorted(
+            (r["concurrency"], r["tokens_per_s"])
+            for r in rows
+            if r["engine"] == "specctl" and r["mode"] == mode
+        )
+        right.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    right.set_xscale("log", base=2)
+    right.set_xlabel("concurrent requests")
+    right.set_ylabel("tokens/s")
+    right.legend()
+    fig.suptitle("specctl bench")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

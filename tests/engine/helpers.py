@@ -1,0 +1,69 @@
+"""Shared helpers for engine tests: engines over tiny checkpoints, reference decoders."""
+
+from pathlib import Path
+
+import torch
+
+from daemon.runtime.engine.builder import EngineSpec, build_engine
+from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.engine.engine import SpecEngine
+from daemon.runtime.engine.request import Request, RequestOutput
+from daemon.runtime.sampling.params import SamplingParams
+
+
+def make_engine(
+    target: Path,
+    draft: Path | None = None,
+    *,
+    ngram: bool = False,
+    k: int = 4,
+    adaptive: bool = False,
+    batch: int = 16,
+    backend: str = "auto",
+    max_model_len: int | None = 256,
+) -> SpecEngine:
+    spec = EngineSpec(
+        target=target,
+        draft=draft,
+        ngram=ngram,
+        backend=backend,
+        max_model_len=max_model_len,
+        engine=EngineConfig(
+            max_batch_size=batch,
+            num_speculative_tokens=k if (draft is not None or ngram) else 0,
+            adaptive=adaptive,
+        ),
+    )
+    return build_engine(spec).engine
+
+
+def random_prompts(num: int, vocab: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        torch.randint(3, vocab, (lengths[i % len(lengths)],), generator=gen).tolist()
+        for i in range(num)
+    ]
+
+
+def run_greedy(
+    engine: SpecEngine, prompts: list[list[int]], max_tokens: int
+) -> list[RequestOutput]:
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    return engine.generate(Request(f"r{i}", p, params) for i, p in enumerate(prompts))
+
+
+def hf_greedy(model_dir: Path, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """transformers' own generate(do_sample=False), one prompt at a time, EOS disabled."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.generation_config.eos_token_id = None
+    outs = []
+    with torch.inference_mode():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])
+            gen = model.generate(
+                ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=0, eos_token_id=None
+            )
+            outs.append(gen[0, len(prompt) :].tolist())
+    return outs

@@ -1,0 +1,124 @@
+"""Unit tests of the engine's model-free parts: n-gram lookup, stop checks, the controller."""
+
+from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
+from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
+from daemon.runtime.engine.cost_model import CostModel, batch_bucket
+from daemon.runtime.engine.stop import FINISH_LENGTH, FINISH_STOP, StopChecker, truncate_at_stop
+from daemon.runtime.proposers.base import ProposeRequest
+from daemon.runtime.proposers.ngram import NgramProposer
+from daemon.runtime.sampling.params import SamplingParams
+
+
+def test_ngram_lookup_prefers_longest_and_latest_match() -> None:
+    prop = NgramProposer(max_ngram=3)
+    assert prop.lookup([1, 2, 3, 4, 9, 1, 2, 3], 3) == [4, 9, 1]
+    assert prop.lookup([7, 1, 5, 2, 1, 6, 2, 1], 2) == [6, 2]  # latest "2 1" -> 6 wins over 5
+    assert prop.lookup([1, 2, 3], 2) == []
+    assert prop.lookup([5], 4) == []
+
+
+def test_ngram_propose_respects_k_per_sequence() -> None:
+    prop = NgramProposer()
+    req = ProposeRequest(
+        slots=[0, 1, 2],
+        token_ids=[[1, 2, 3, 1, 2], [4, 5, 6], [1, 1, 1, 1]],
+        num_to_draft=[2, 3, 0],
+        params=[SamplingParams()] * 3,
+        generators=[None] * 3,
+    )
+    out = prop.propose(req)
+    assert out.num_draft_tokens == [2, 0, 0]
+    assert out.draft_token_ids[0, :2].tolist() == [3, 1]
+    assert out.sparse_ids is None
+
+
+def _checker(**kw: object) -> StopChecker:
+    params = SamplingParams(**kw)  # type: ignore[arg-type]
+    return StopChecker(params, frozenset({99}), max_total_len=20, detokenize=_chars)
+
+
+def _chars(ids: list[int]) -> str:
+    return "".join(chr(ord("a") + i % 26) for i in ids)
+
+
+def test_stop_conditions() -> None:
+    assert _checker().check([5, 99], 1) == FINISH_STOP
+    assert _checker(ignore_eos=True).check([5, 99], 1) is None
+    assert _checker(stop_token_ids=(7,)).check([5, 7], 1) == FINISH_STOP
+    assert _checker(max_tokens=2).check([5, 6, 7], 1) == FINISH_LENGTH
+    assert _checker().check(list(range(20)), 1) == FINISH_LENGTH  # the context is full
+
+
+def test_stop_string_completed_by_newest_token_only() -> None:
+    checker = _checker(stop=("cd",))
+    prompt = [0]
+    assert checker.check([*prompt, 2], 1) is None  # "c"
+    assert checker.check([*prompt, 2, 3], 1) == FINISH_STOP  # "cd"
+    assert truncate_at_stop("abcdef", ("cd", "f")) == "ab"
+    assert truncate_at_stop("abc", ("x",)) == "abc"
+
+
+def test_expected_tokens() -> None:
+    probs = accept_probs([0.5, 0.5, 0.5])
+    assert probs == [0.5, 0.25, 0.125]
+    assert expected_tokens(probs, 0) == 1.0
+    assert expected_tokens(probs, 3) == 1.875
+
+
+def test_acceptance_estimate_counts_reached_positions() -> None:
+    est = AcceptanceEstimate(max_k=4, decay=1.0)
+    est.update(4, 1)  # pos 0 accepted, pos 1 rejected, pos 2-3 never reached
+    assert est.reached == [1.0, 1.0, 0.0, 0.0]
+    assert est.accepted == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_fixed_mode_clips_to_limits() -> None:
+    ctl = SpeculationController(ControllerConfig(max_k=8, adaptive=False, fixed_k=4))
+    assert ctl.choose([ctl.new_estimate()] * 3, [8, 2, 0]) == [4, 2, 0]
+
+
+def _costed(
+    draft_step_s: float, verify_by_len: dict[int, float], batch: int
+) -> SpeculationController:
+    ctl = SpeculationController(ControllerConfig(max_k=8, adaptive=True))
+    ctl.costs.record_draft(batch, 1, draft_step_s)
+    for length, seconds in verify_by_len.items():
+        ctl.costs.record_verify(batch, length, seconds)
+    return ctl
+
+
+def _trained(ctl: SpeculationController, alpha_hits: int, rounds: int = 50) -> AcceptanceEstimate:
+    est = ctl.new_estimate()
+    for _ in range(rounds):
+        ctl.observe(est, 8, alpha_hits)
+    return est
+
+
+def test_adaptive_speculates_when_drafts_are_cheap_and_accepted() -> None:
+    ctl = _costed(0.001, {1: 0.030, 9: 0.032}, batch=1)
+    est = _trained(ctl, 8)  # everything accepted
+    assert ctl.choose([est], [8]) == [8]
+
+
+def test_adaptive_turns_speculation_off_when_it_does_not_pay() -> None:
+    # Verify cost grows with length (compute bound) and drafts are rejected: plain decoding wins.
+    ctl = _costed(0.004, {1: 0.010, 9: 0.090}, batch=32)
+    ests = [_trained(ctl, 0) for _ in range(32)]
+    assert ctl.choose(ests, [8] * 32) == [0] * 32
+
+
+def test_adaptive_explores_unmeasured_plain_decoding_first() -> None:
+    ctl = SpeculationController(ControllerConfig(max_k=4, adaptive=True))
+    est = ctl.new_estimate()
+    assert ctl.choose([est], [4]) == [4]  # nothing measured: speculate and measure
+    ctl.costs.record_verify(1, 5, 0.02)
+    assert ctl.choose([est], [4]) == [0]  # then measure plain decoding once
+
+
+def test_cost_model_interpolates_lengths() -> None:
+    costs = CostModel()
+    costs.record_verify(16, 1, 0.01)
+    costs.record_verify(16, 5, 0.05)
+    assert abs((costs.verify_cost(16, 3) or 0) - 0.03) < 1e-12
+    assert abs((costs.verify_cost(16, 9) or 0) - 0.09) < 1e-12
+    assert batch_bucket(9) == 16
