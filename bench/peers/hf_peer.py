@@ -150,9 +150,12 @@ def run_hf_assisted(
     Acceptance is measured with forward hooks during the timed runs: every assisted step is one
     target forward that emits one token beyond the accepted ones, and every drafted token one
     draft forward. So accepted = generated - target forwards and proposed = draft forwards.
+    A preloaded draft keeps the assistant settings written into its generation_config.
     """
     target_model, target_load_s = _loaded(target, dtype)
     draft_model, draft_load_s = _loaded(draft, dtype)
+    if draft_model is target_model:
+        raise ValueError("draft and target are one module object: load the draft separately")
     _configure_assistant(draft_model, num_assistant_tokens, schedule)
     steps, drafted = _ForwardCounter(), _ForwardCounter()
     kwargs = {"assistant_model": draft_model}

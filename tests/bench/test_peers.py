@@ -95,17 +95,22 @@ def test_vllm_peer_names_a_missing_checkpoint(tmp_path: Path) -> None:
         run_vllm(tmp_path / "nothing", None, K, PROMPTS, MAX_TOKENS, concurrency=1, timeout_s=60)
 
 
-VLLM_OK, VLLM_REASON = vllm_available()
+@pytest.fixture(scope="module")
+def vllm_venv() -> None:
+    """Skips unless bench/.venv-vllm imports vllm (checked only when a vLLM test is selected)."""
+    ok, reason = vllm_available()
+    if not ok:
+        pytest.skip(reason)
 
 
-@pytest.mark.skipif(not VLLM_OK, reason=VLLM_REASON)
+@pytest.mark.usefixtures("vllm_venv")
 def test_vllm_peer_times_out_with_one_line(pair: tuple[Path, Path]) -> None:
     with pytest.raises(PeerError, match=r"^vLLM peer timed out after 1s$"):
         run_vllm(pair[0], None, K, PROMPTS, MAX_TOKENS, concurrency=1, timeout_s=1)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not VLLM_OK, reason=VLLM_REASON)
+@pytest.mark.usefixtures("vllm_venv")
 @pytest.mark.parametrize("with_draft", [False, True], ids=["plain", "draft"])
 def test_vllm_greedy_matches_hf(
     pair: tuple[Path, Path], plain: PeerResult, with_draft: bool
