@@ -10,11 +10,11 @@ import argparse
 import json
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from bench.spec_engine import RunResult, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
+from specctl.console import make_console
 from specctl.demo_pair import DEMO_PROMPTS_CODE, demo_pair_dirs
 
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     bench = SpecBench(args.target, args.draft, args.dtype, max(concurrencies))
     prompts = tokenize(bench.tokenizer, load_prompt_texts(args.prompts)[: args.num_prompts])
     results = run_engine_bench(bench, prompts, args.max_tokens, concurrencies, args.k)
-    console = Console()
+    console = make_console()
     console.print(results_table(results, f"specctl engine: {args.target.name} + {args.draft.name}"))
     console.print(f"greedy outputs identical across modes: {outputs_identical(results)}")
     if args.json:
@@ -99,4 +99,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from specctl.quiet_exit import run_and_exit
+
+    run_and_exit(main)

@@ -6,13 +6,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from specctl.console import make_console
+
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     table = Table(title="specctl bench (greedy, EOS ignored, same prompts for every engine)")
     for col in (
         "engine",

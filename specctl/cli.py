@@ -139,7 +139,9 @@ def bench_command(
 
 
 def main() -> None:
-    app()
+    from specctl.quiet_exit import run_and_exit
+
+    run_and_exit(app)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from bench.compare import BenchConfig, run_bench
 from bench.report import plot_report, print_report
+from specctl.console import make_console
 from specctl.demo_pair import DEMO_PROMPTS_CODE, DEMO_PROMPTS_PROSE, REPO_ROOT, require_demo_pair
 
 
@@ -59,7 +60,7 @@ def _load_cost_scale() -> ModuleType:
 
 
 def run_bench_command(cfg: BenchConfig, target: Path | None, cost_ratio: float) -> None:
-    console = Console()
+    console = make_console()
     cfg.target = resolve_target(target, cost_ratio, cfg.out_dir, console)
     console.print(f"target {cfg.target}\ndraft  {cfg.draft}")
     report = run_bench(cfg)

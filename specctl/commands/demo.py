@@ -5,16 +5,16 @@ code prompts, side by side with target-only decoding, showing the completions, a
 rate and tokens/s.
 """
 
-from rich.console import Console
 from rich.table import Table
 
 from bench.spec_engine import RunResult, SpecBench
 from bench.workload import load_prompt_texts, tokenize
+from specctl.console import make_console
 from specctl.demo_pair import DEMO_PROMPTS_CODE, require_demo_pair
 
 
 def run_demo(num_prompts: int, max_tokens: int, k: int, dtype: str) -> list[RunResult]:
-    console = Console()
+    console = make_console()
     target, draft = require_demo_pair()
     console.print(f"[bold]specctl demo[/]: target {target}, draft {draft}")
     bench = SpecBench(target, draft, dtype, max_batch=1)

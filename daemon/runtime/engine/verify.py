@@ -12,7 +12,7 @@ from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals
 from daemon.runtime.sampling.logits import process_logits
 from daemon.runtime.sampling.random import exponential_noise, uniform_noise
-from daemon.runtime.sampling.rejection_triton import rejection_sample_auto
+from daemon.runtime.sampling.dispatch import rejection_sample_for_device
 
 
 @dataclass(slots=True)
@@ -44,7 +44,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
     num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
     uniform = uniform_noise(generators, num_draft, max_k)  # [B, K]
     exp_noise = _exp_noise(seqs, num_draft, logits.shape[-1])  # [B, K+1, V]
-    out, num_out = rejection_sample_auto(
+    out, num_out = rejection_sample_for_device(
         drafts[:, :max_k],
         num_draft_t,
         _trim(proposals.sparse_ids, max_k),

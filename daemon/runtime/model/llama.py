@@ -57,7 +57,10 @@ class LlamaForCausalLM(nn.Module):
         self.device = device
         self.dtype = dtype
         with torch.device("meta"):
-            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+            # _weight skips the random init, whose meta-device path imports torch._dynamo (and
+            # with it triton, which prints binding-leak warnings at exit).
+            embed = torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=embed)
             layers = [DecoderLayer(config, i, dtype) for i in range(config.num_hidden_layers)]
             self.layers = nn.ModuleList(layers)
             self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
