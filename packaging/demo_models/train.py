@@ -38,11 +38,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("packaging/demo-models"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--target-steps", type=int, default=1200)
-    p.add_argument("--draft-steps", type=int, default=700)
+    p.add_argument("--target-steps", type=int, default=600)
+    p.add_argument("--draft-steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--target-lr", type=float, default=2e-3)
+    p.add_argument("--target-lr", type=float, default=3e-3)
     p.add_argument("--draft-lr", type=float, default=3e-3)
     p.add_argument("--kl-weight", type=float, default=0.8)
     p.add_argument("--target-dtype", choices=sorted(DTYPES), default="bfloat16")
@@ -108,7 +108,7 @@ def train_target(
         args.batch,
         args.seq_len,
         args.target_lr,
-        warmup=min(100, args.target_steps),
+        warmup=min(50, args.target_steps),
         seed=args.seed + 1,
     )
     t0 = time.perf_counter()

@@ -10,9 +10,9 @@ from daemon.runtime.engine.sequence import Sequence
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals
+from daemon.runtime.sampling.dispatch import rejection_sample_for_device
 from daemon.runtime.sampling.logits import process_logits
 from daemon.runtime.sampling.random import exponential_noise, uniform_noise
-from daemon.runtime.sampling.dispatch import rejection_sample_for_device
 
 
 @dataclass(slots=True)
