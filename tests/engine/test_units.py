@@ -113,6 +113,8 @@ def test_adaptive_explores_unmeasured_plain_decoding_first() -> None:
     assert ctl.choose([est], [4]) == [4]  # nothing measured: speculate and measure
     ctl.costs.record_verify(1, 5, 0.02)
     assert ctl.choose([est], [4]) == [0]  # then measure plain decoding once
+    ctl.costs.record_verify(1, 1, 0.02)
+    assert ctl.choose([est] * 3, [4] * 3) == [0] * 3  # a new batch size: plain first
 
 
 def test_cost_model_interpolates_lengths() -> None:
@@ -122,3 +124,11 @@ def test_cost_model_interpolates_lengths() -> None:
     assert abs((costs.verify_cost(16, 3) or 0) - 0.03) < 1e-12
     assert abs((costs.verify_cost(16, 9) or 0) - 0.09) < 1e-12
     assert batch_bucket(9) == 16
+
+
+def test_cost_model_borrows_curve_shape_for_new_batch_size() -> None:
+    costs = CostModel()
+    costs.record_verify(1, 1, 0.010)
+    costs.record_verify(1, 5, 0.020)  # batch 1: T=5 costs 2x T=1
+    costs.record_verify(32, 1, 0.050)  # batch 32 measured only for plain decoding
+    assert abs((costs.verify_cost(32, 5) or 0) - 0.100) < 1e-12

@@ -71,10 +71,10 @@ class SpeculationController:
 
     def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
         batch = len(probs)
-        if not self.costs.has_verify(batch, 1):
-            # Measure both ends at each batch size before trusting the model: a speculative
-            # round first (when nothing is known), then a plain one.
-            return max(caps, default=0) if not self.costs.has_bucket(batch) else 0
+        if not self.costs.verify_s:  # nothing measured yet: speculate, and measure that
+            return max(caps, default=0)
+        if not self.costs.has_verify(batch, 1):  # a new batch size: measure plain decoding
+            return 0
         plain = self.costs.verify_cost(batch, 1)
         assert plain is not None
         best_k, best_rate = 0, batch / max(plain, 1e-9)

@@ -48,19 +48,33 @@ class CostModel:
         return _nearest(self.draft_step_s, batch_bucket(batch_size), default=0.0)
 
     def verify_cost(self, batch_size: int, tokens_per_seq: int) -> float | None:
-        """Seconds for one verify pass, or None before anything was measured."""
+        """Seconds for one verify pass, or None before anything was measured.
+
+        A batch size measured at a single length borrows the shape of the cost curve (cost at
+        T relative to the same measured length) from the nearest batch size measured at
+        several lengths, so a new batch size needs no exploratory speculative round.
+        """
         if not self.verify_s:
             return None
-        per_len = self.verify_s.get(batch_bucket(batch_size))
+        bucket = batch_bucket(batch_size)
+        per_len = self.verify_s.get(bucket)
         if per_len is None:
-            per_len = self.verify_s[min(self.verify_s, key=lambda b: abs(b - batch_size))]
+            per_len = self.verify_s[_nearest_key(self.verify_s, bucket)]
+        if len(per_len) == 1 and tokens_per_seq not in per_len:
+            ((length, seconds),) = per_len.items()
+            shaped = {b: t for b, t in self.verify_s.items() if len(t) > 1 and length in t}
+            if shaped:
+                ref = shaped[_nearest_key(shaped, bucket)]
+                return seconds * _interpolate(ref, tokens_per_seq) / ref[length]
         return _interpolate(per_len, tokens_per_seq)
 
 
+def _nearest_key(table: dict[int, object], key: int) -> int:
+    return min(table, key=lambda k: abs(k - key))
+
+
 def _nearest(table: dict[int, float], key: int, default: float) -> float:
-    if not table:
-        return default
-    return table[min(table, key=lambda k: abs(k - key))]
+    return table[_nearest_key(table, key)] if table else default
 
 
 def _interpolate(per_len: dict[int, float], length: int) -> float:
