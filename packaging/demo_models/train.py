@@ -1,6 +1,6 @@
 """Train the demo pair: byte-level BPE, Llama target, Llama draft distilled from the target.
 
-    python packaging/demo_models/train.py --out packaging/demo-models          # full (~55 min)
+    python packaging/demo_models/train.py --out packaging/demo-models          # full (20-30 min)
     python packaging/demo_models/train.py --out /tmp/demo --quick               # smoke (<30 s)
 
 Deterministic: fixed file order, fixed held-out split, seeded init and seeded batch order.
