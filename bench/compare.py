@@ -7,8 +7,11 @@ speculation when its virtualenv is installed (bench/setup_vllm_venv.sh).
 """
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import torch
 
 from bench.costs import speedup_bound
 from bench.peers.result import PeerResult
@@ -30,6 +33,7 @@ class BenchConfig:
     dtype: str = "float32"
     peers: bool = True
     vllm_timeout_s: float = 1800.0
+    threads: int | None = None  # torch intra-op threads (and vLLM's OMP threads)
 
 
 @dataclass(slots=True)
@@ -139,6 +143,11 @@ def add_ratios(rows: list[Row]) -> None:
 
 def run_bench(cfg: BenchConfig) -> dict[str, object]:
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+        # the vLLM peer inherits these: OpenMP threads, bound to as many cores
+        os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{cfg.threads - 1}"
     bench = SpecBench(cfg.target, cfg.draft, cfg.dtype, max(cfg.concurrencies))
     code = tokenize(bench.tokenizer, load_prompt_texts(cfg.code_prompts)[: cfg.num_prompts])
     rows, runs = specctl_rows(bench, cfg, code)

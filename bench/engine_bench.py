@@ -10,6 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
 from rich.table import Table
 
 from bench.spec_engine import RunResult, SpecBench
@@ -86,7 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", default="1,16")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads.")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     bench = SpecBench(args.target, args.draft, args.dtype, max(concurrencies))
     prompts = tokenize(bench.tokenizer, load_prompt_texts(args.prompts)[: args.num_prompts])

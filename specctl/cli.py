@@ -121,6 +121,9 @@ def bench_command(
     concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="Comma-separated."),
     peers: bool = typer.Option(True, "--peers/--no-peers", help="Also run transformers and vLLM."),
     out_dir: Path = typer.Option(Path(".bench-out"), "--out", help="JSON, PNG and model cache."),
+    threads: int | None = typer.Option(
+        None, "--threads", help="CPU threads for every engine (torch, and vLLM's OpenMP)."
+    ),
 ) -> None:
     from daemon.runtime.errors import SpecError
     from specctl.commands.bench import default_config, run_bench_command
@@ -131,6 +134,7 @@ def bench_command(
         cfg.concurrencies = [int(c) for c in concurrency.split(",") if c.strip()]
         if not cfg.concurrencies or any(c < 1 for c in cfg.concurrencies):
             fail(f"--concurrency must list positive integers, got {concurrency!r}")
+        cfg.threads = threads
         run_bench_command(cfg, target, cost_ratio)
     except ValueError as exc:
         fail(f"--concurrency must list positive integers ({exc})")

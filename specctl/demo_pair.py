@@ -23,6 +23,6 @@ def require_demo_pair() -> tuple[Path, Path]:
             raise ModelLoadError(
                 f"the demo model pair is missing ({path}); it ships with the repository — "
                 "check out the full tree, or rebuild it with "
-                "`python -m packaging.demo_models.train --out packaging/demo-models`"
+                "`python packaging/demo_models/train.py --out packaging/demo-models`"
             )
     return target, draft
