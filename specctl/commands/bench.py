@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import torch
 from rich.console import Console
 
 from bench.compare import BenchConfig, run_bench
@@ -61,6 +62,8 @@ def _load_cost_scale() -> ModuleType:
 
 def run_bench_command(cfg: BenchConfig, target: Path | None, cost_ratio: float) -> None:
     console = make_console()
+    if cfg.threads:  # before the cost calibration, so that it measures what the bench runs
+        torch.set_num_threads(cfg.threads)
     cfg.target = resolve_target(target, cost_ratio, cfg.out_dir, console)
     console.print(f"target {cfg.target}\ndraft  {cfg.draft}")
     report = run_bench(cfg)

@@ -1,6 +1,8 @@
-"""Pick the rejection sampler for the device: the Triton kernel on CUDA, the torch reference
-elsewhere. Triton is imported only on CUDA: on CPU it is never used, costs an import, and its
-bindings print leak warnings when the interpreter exits."""
+"""Pick the rejection sampler for the device: the Triton kernel on CUDA (inputs drawn on the
+host are moved there first), the torch reference elsewhere.
+
+Triton is imported only on CUDA: on CPU it is never used, costs an import, and its bindings
+print leak warnings when the interpreter exits."""
 
 import torch
 
@@ -17,10 +19,17 @@ def rejection_sample_for_device(
     uniform: torch.Tensor,  # [B, K] float32
     exp_noise: torch.Tensor,  # [B, K+1, V] float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    args = (draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-            target_probs, is_greedy, uniform, exp_noise)  # fmt: skip
     if target_probs.device.type == "cuda":
-        from daemon.runtime.sampling.rejection_triton import rejection_sample_auto
+        from daemon.runtime.sampling import rejection_triton
 
-        return rejection_sample_auto(*args)
-    return rejection_sample(*args)
+        if rejection_triton.HAS_TRITON:
+            device = target_probs.device
+            return rejection_triton.rejection_sample_triton(
+                *(None if t is None else t.to(device, non_blocking=True)
+                  for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids,
+                            draft_sparse_probs, target_probs, is_greedy, uniform, exp_noise))
+            )  # fmt: skip
+    return rejection_sample(
+        draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
+        target_probs, is_greedy, uniform, exp_noise,
+    )  # fmt: skip

@@ -1,8 +1,8 @@
 """Launching the Triton rejection sampler, and the dispatch the engine calls.
 
-`rejection_sample_auto` runs the kernel for CUDA tensors when triton imports, else the torch
-reference; both return identical outputs from identical inputs (see `rejection.py` for the
-math and the proposal convention). On CPU the kernel runs only under TRITON_INTERPRET=1,
+`dispatch.rejection_sample_for_device` runs this kernel for CUDA tensors when triton
+imports, else the torch reference; both return identical outputs from identical inputs (see
+`rejection.py` for the math and the proposal convention). On CPU the kernel runs only under TRITON_INTERPRET=1,
 which must be set before this module is first imported (triton reads it when the kernel is
 decorated); tests do that in a subprocess.
 """
@@ -10,7 +10,6 @@ decorated); tests do that in a subprocess.
 import torch
 
 from daemon.runtime.sampling.checks import check_rejection_inputs
-from daemon.runtime.sampling.rejection import rejection_sample
 
 try:
     import triton
@@ -24,38 +23,6 @@ except ImportError:  # triton is optional off Linux/CUDA
 # vocab block x sparse width bounded, so the [BLOCK_V, BLOCK_S] compare fits in registers
 MAX_BLOCK_V = 1024
 MAX_BLOCK_ELEMENTS = 16384
-
-
-def rejection_sample_auto(
-    draft_token_ids: torch.Tensor,  # [B, K] int64
-    num_draft_tokens: torch.Tensor,  # [B] int64
-    draft_sparse_ids: torch.Tensor | None,  # [B, K, S] int64
-    draft_sparse_probs: torch.Tensor | None,  # [B, K, S] float32
-    target_probs: torch.Tensor,  # [B, K+1, V] float32
-    is_greedy: torch.Tensor,  # [B] bool
-    uniform: torch.Tensor,  # [B, K] float32
-    exp_noise: torch.Tensor,  # [B, K+1, V] float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output_token_ids [B, K+1], num_output_tokens [B]) on target_probs' device; the other
-    inputs are moved there first (the noise is drawn on the host)."""
-    device = target_probs.device
-
-    def to_device(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.to(device, non_blocking=True)
-
-    args = (
-        to_device(draft_token_ids),
-        to_device(num_draft_tokens),
-        to_device(draft_sparse_ids),
-        to_device(draft_sparse_probs),
-        target_probs,
-        to_device(is_greedy),
-        to_device(uniform),
-        to_device(exp_noise),
-    )
-    if device.type == "cuda" and HAS_TRITON:
-        return rejection_sample_triton(*args)
-    return rejection_sample(*args)
 
 
 def rejection_sample_triton(
@@ -72,7 +39,7 @@ def rejection_sample_triton(
     """The kernel; same contract as `rejection.rejection_sample`. `max_block_v` (a power of
     two) caps the vocabulary block; tests lower it to run several blocks on a small vocab."""
     if not HAS_TRITON:
-        raise RuntimeError("triton is not installed; use rejection_sample_auto")
+        raise RuntimeError("triton is not installed; use rejection_sample_for_device")
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
         target_probs, is_greedy, uniform, exp_noise,
