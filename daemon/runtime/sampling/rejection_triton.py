@@ -3,8 +3,8 @@
 `dispatch.rejection_sample_for_device` runs this kernel for CUDA tensors when triton
 imports, else the torch reference; both return identical outputs from identical inputs (see
 `rejection.py` for the math and the proposal convention). On CPU the kernel runs only under
-TRITON_INTERPRET=1, which must be set before this module is first imported (triton reads it when the kernel is
-decorated); tests do that in a subprocess.
+TRITON_INTERPRET=1, which must be set before this module is first imported (triton reads it
+when the kernel is decorated); tests do that in a subprocess.
 """
 
 import torch
