@@ -8,6 +8,7 @@ speculation when its virtualenv is installed (bench/setup_vllm_venv.sh).
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -103,30 +104,42 @@ def prose_rows(bench: SpecBench, cfg: BenchConfig) -> list[Row]:
 
 
 def peer_rows(cfg: BenchConfig, code: list[list[int]]) -> tuple[list[Row], list[str]]:
+    """transformers and vLLM on the same prompts. A peer that fails is reported in a note:
+    it never costs the rest of the report."""
     from bench.peers.hf_peer import run_hf_assisted, run_hf_generate
     from bench.peers.vllm_runner import run_vllm, vllm_available
 
-    rows = [
-        from_peer(run_hf_generate(cfg.target, code, cfg.max_tokens, cfg.dtype), "code"),
-        from_peer(
-            run_hf_assisted(
-                cfg.target, cfg.draft, code, cfg.max_tokens, cfg.dtype, num_assistant_tokens=cfg.k
-            ),
-            "code",
-        ),
-    ]
+    runs: list[tuple[str, Callable[[], PeerResult]]] = [
+        ("transformers generate", lambda: run_hf_generate(cfg.target, code, cfg.max_tokens,
+                                                          dtype=cfg.dtype)),
+        ("transformers assisted", lambda: run_hf_assisted(
+            cfg.target, cfg.draft, code, cfg.max_tokens, num_assistant_tokens=cfg.k,
+            dtype=cfg.dtype)),
+    ]  # fmt: skip
     notes: list[str] = []
     ok, reason = vllm_available()
-    if not ok:
+    if ok:
+        timeout = cfg.vllm_timeout_s
+        runs.append(
+            (
+                "vLLM plain",
+                lambda: run_vllm(cfg.target, None, cfg.k, code, cfg.max_tokens, 1, timeout),
+            )
+        )
+        runs.append(
+            (
+                "vLLM draft_model",
+                lambda: run_vllm(cfg.target, cfg.draft, cfg.k, code, cfg.max_tokens, 1, timeout),
+            )
+        )
+    else:
         notes.append(f"vLLM not run: {reason}")
-        return rows, notes
-    for draft in (None, cfg.draft):
+    rows: list[Row] = []
+    for name, run in runs:
         try:
-            result = run_vllm(cfg.target, draft, cfg.k, code, cfg.max_tokens, 1, cfg.vllm_timeout_s)
-        except RuntimeError as exc:  # a peer failing is reported, never fatal to the bench
-            notes.append(f"vLLM ({'spec' if draft else 'plain'}) failed: {exc}")
-            continue
-        rows.append(from_peer(result, "code"))
+            rows.append(from_peer(run(), "code"))
+        except Exception as exc:  # a peer's failure is a finding to report, not a crash
+            notes.append(f"{name} failed: {type(exc).__name__}: {exc}")
     return rows, notes
 
 
