@@ -172,7 +172,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
     add_ratios(rows)
     fixed = next(r for r in runs if r.concurrency == 1 and r.mode.startswith("spec k="))
     plain = next(r for r in runs if r.concurrency == 1 and r.mode == "target-only")
-    bound = speedup_bound(bench.target, bench.draft, fixed.acceptance_rate or 0.0, cfg.k)
+    alpha = fixed.per_position_acceptance(cfg.k) or 0.0
+    bound = speedup_bound(bench.target, bench.draft, alpha, cfg.k)
     measured = fixed.tokens_per_s / plain.tokens_per_s
     report = {
         "config": {k: str(v) for k, v in asdict(cfg).items()},

@@ -43,7 +43,8 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
     console.print(table)
     b = report["bound"]
     console.print(
-        f"analytic bound at batch 1: acceptance a={b['acceptance']:.3f}, k={b['k']}, "
+        f"analytic bound at batch 1: per-position acceptance a={b['acceptance']:.3f} "
+        f"(fitted to the fixed-k run), k={b['k']}, "
         f"target step {1000 * b['target_step_s']:.2f} ms, "
         f"verify of k+1 tokens {1000 * b['verify_s']:.2f} ms, "
         f"draft step {1000 * b['draft_step_s']:.2f} ms (cost ratio {b['cost_ratio']:.1f}x): "

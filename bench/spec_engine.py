@@ -30,11 +30,24 @@ class RunResult:
     acceptance_rate: float | None
     mean_acceptance_length: float | None
     num_rounds: int
+    num_drafts: int  # rounds x sequences that drafted
+    accepted_per_pos: list[int]  # [k] drafts accepted at each position
     draft_time_s: float
     verify_time_s: float
     prefill_time_s: float
     overhead_per_round_ms: float
     output_token_ids: list[list[int]]
+
+    def per_position_acceptance(self, k: int) -> float | None:
+        """The i.i.d. per-position acceptance probability that fits this fixed-k run (the `a` of
+        (1 - a^(k+1)) / (1 - a)): accepted drafts over drafts reached, where every round that
+        did not accept all k drafts reached exactly one rejected position."""
+        accepted = sum(self.accepted_per_pos)
+        if not self.num_drafts:
+            return None
+        full = self.accepted_per_pos[k - 1] if len(self.accepted_per_pos) >= k else 0
+        reached = accepted + self.num_drafts - full
+        return accepted / reached if reached else None
 
     def summary(self) -> dict[str, object]:
         data = asdict(self)
@@ -92,6 +105,8 @@ class SpecBench:
             acceptance_rate=stats.acceptance_rate if speculated else None,
             mean_acceptance_length=stats.mean_acceptance_length if speculated else None,
             num_rounds=stats.num_rounds,
+            num_drafts=stats.num_drafts,
+            accepted_per_pos=list(stats.accepted_per_pos),
             draft_time_s=stats.draft_time_s,
             verify_time_s=stats.verify_time_s,
             prefill_time_s=stats.prefill_time_s,
