@@ -132,3 +132,26 @@ def test_cost_model_borrows_curve_shape_for_new_batch_size() -> None:
     costs.record_verify(1, 5, 0.020)  # batch 1: T=5 costs 2x T=1
     costs.record_verify(32, 1, 0.050)  # batch 32 measured only for plain decoding
     assert abs((costs.verify_cost(32, 5) or 0) - 0.100) < 1e-12
+
+
+def test_bad_request_leaves_engine_untouched(tmp_path) -> None:
+    import pytest
+
+    from daemon.runtime.engine.config import EngineConfig
+    from daemon.runtime.engine.engine import SpecEngine
+    from daemon.runtime.engine.request import Request
+    from daemon.runtime.errors import RequestError
+    from daemon.runtime.model import load_model
+    from tests.tiny_models import make_tiny_checkpoint
+
+    target = load_model(make_tiny_checkpoint(tmp_path / "t", with_tokenizer=False), num_slots=2)
+    engine = SpecEngine(target, None, EngineConfig(max_batch_size=2))
+    good = Request("a", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))
+    with pytest.raises(RequestError, match="outside the vocabulary"):
+        engine.generate([good, Request("b", [1, 99999])])
+    with pytest.raises(RequestError, match="prompt has 600 tokens"):
+        engine.add_request(Request("c", [1] * 600))
+    with pytest.raises(RequestError, match="empty"):
+        engine.add_request(Request("d", []))
+    assert not engine.has_unfinished()
+    assert [len(o.token_ids) for o in engine.generate([good])] == [2]

@@ -67,7 +67,12 @@ class SpecEngine:
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
-        """Queue a request; invalid ones raise RequestError and leave the engine untouched."""
+        """Queue a request; an invalid one raises RequestError and leaves the engine untouched."""
+        self._validate(request)
+        self._request_ids.add(request.request_id)
+        self.scheduler.add(request)
+
+    def _validate(self, request: Request) -> None:
         if request.request_id in self._request_ids:
             raise RequestError(f"request id {request.request_id!r} is already in use")
         num_prompt = len(request.prompt_token_ids)
@@ -85,23 +90,26 @@ class SpecEngine:
                 f"request {request.request_id!r}: prompt token ids {bad[:5]} are outside "
                 f"the vocabulary [0, {vocab})"
             )
-        self._request_ids.add(request.request_id)
-        self.scheduler.add(request)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work
 
     def generate(self, requests: Iterable[Request]) -> list[RequestOutput]:
-        """Run requests to completion; outputs in the order of the requests."""
-        order = []
-        for req in requests:
+        """Run requests to completion; outputs in the order of the requests. All requests are
+        checked before any is queued, so one bad request leaves the engine untouched."""
+        batch = list(requests)
+        ids = [req.request_id for req in batch]
+        if len(set(ids)) != len(ids):
+            raise RequestError("request ids in one generate() call must be distinct")
+        for req in batch:
+            self._validate(req)
+        for req in batch:
             self.add_request(req)
-            order.append(req.request_id)
         done: dict[str, RequestOutput] = {}
         while self.has_unfinished():
             for out in self.step():
                 done[out.request_id] = out
-        return [done[rid] for rid in order]
+        return [done[rid] for rid in ids]
 
     # -- one step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:

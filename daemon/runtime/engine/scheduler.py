@@ -38,16 +38,6 @@ class Scheduler:
             self.free_slots.extend(s.slot for s in done)
         return done
 
-    def abort(self, request_id: str) -> Sequence | Request | None:
-        for i, req in enumerate(self.waiting):
-            if req.request_id == request_id:
-                del self.waiting[i]
-                return req
-        for seq in self.running:
-            if seq.request.request_id == request_id:
-                return seq
-        return None
-
     @property
     def has_work(self) -> bool:
         return bool(self.waiting) or bool(self.running)
