@@ -1,6 +1,7 @@
 """`specd run`: load the configuration, read the cluster token, serve the API."""
 
 import functools
+import logging
 from pathlib import Path
 
 import typer
@@ -47,6 +48,7 @@ def run_command(
         typer.echo(f"specd: state_dir {config.state_dir}: {error.strerror}", err=True)
         raise typer.Exit(code=2) from None
     inventory = functools.partial(collect_inventory, config.node_name)
+    logging.getLogger("daemon.specd").info("node %s: %s", config.node_name, inventory().summary())
     ray_node = RayNode(config, token_path, inventory)
     api = create_app(config, token, token_path, ray_node, inventory)
     uvicorn.run(api, host=config.host, port=config.port, log_config=None, access_log=False)

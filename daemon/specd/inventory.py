@@ -46,6 +46,15 @@ class Inventory:
     def num_gpus(self) -> int:
         return len(self.gpus)
 
+    def summary(self) -> str:
+        """One line for the log at startup, e.g. "no GPUs, CPU only (...); 2 CPUs, 23.5 GiB"."""
+        host = f"{self.host.num_cpus} CPUs, {self.host.memory_total_bytes / 2**30:.1f} GiB"
+        if not self.gpus:
+            why = f" ({self.nvml_error})" if self.nvml_error else ""
+            return f"no GPUs, CPU only{why}; {host}"
+        names = ", ".join(sorted({g.name or "unknown GPU" for g in self.gpus}))
+        return f"{self.num_gpus} GPU(s): {names}; driver {self.driver_version}; {host}"
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["num_gpus"] = self.num_gpus

@@ -158,3 +158,12 @@ def test_real_nvml_on_this_machine() -> None:
     for gpu in inventory.gpus:
         print(gpu)  # on a GPU machine: what the real NVML reported
         assert gpu.name and gpu.uuid
+
+
+def test_summary_line_says_cpu_only_or_names_the_gpus() -> None:
+    no_lib = pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    cpu_only = collect_inventory("n", nvml=stand_in_nvml([], init_error=no_lib))  # type: ignore[arg-type]
+    assert cpu_only.summary().startswith("no GPUs, CPU only (")
+    with_gpu = collect_inventory("n", nvml=stand_in_nvml([_fake_gpu()]))  # type: ignore[arg-type]
+    assert with_gpu.summary().startswith("1 GPU(s): ")
+    assert "driver 580.95.05" in with_gpu.summary()
