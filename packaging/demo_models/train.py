@@ -1,6 +1,6 @@
 """Train the demo pair: byte-level BPE, Llama target, Llama draft distilled from the target.
 
-    python packaging/demo_models/train.py --out packaging/demo-models          # full (20-30 min)
+    python packaging/demo_models/train.py --out packaging/demo-models          # full (45 min, 1 thread)
     python packaging/demo_models/train.py --out /tmp/demo --quick               # smoke (<30 s)
 
 Deterministic: fixed file order, fixed held-out split, seeded init and seeded batch order.
@@ -38,8 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("packaging/demo-models"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--target-steps", type=int, default=600)
-    p.add_argument("--draft-steps", type=int, default=400)
+    p.add_argument("--target-steps", type=int, default=1500)
+    p.add_argument("--draft-steps", type=int, default=600)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--target-lr", type=float, default=3e-3)
