@@ -110,9 +110,9 @@ def peer_rows(cfg: BenchConfig, code: list[list[int]]) -> tuple[list[Row], list[
     from bench.peers.vllm_runner import run_vllm, vllm_available
 
     runs: list[tuple[str, Callable[[], PeerResult]]] = [
-        ("transformers generate", lambda: run_hf_generate(cfg.target, code, cfg.max_tokens,
+        ("generate", lambda: run_hf_generate(cfg.target, code, cfg.max_tokens,
                                                           dtype=cfg.dtype)),
-        ("transformers assisted", lambda: run_hf_assisted(
+        (f"assisted k={cfg.k}", lambda: run_hf_assisted(
             cfg.target, cfg.draft, code, cfg.max_tokens, num_assistant_tokens=cfg.k,
             dtype=cfg.dtype)),
     ]  # fmt: skip
@@ -122,13 +122,13 @@ def peer_rows(cfg: BenchConfig, code: list[list[int]]) -> tuple[list[Row], list[
         timeout = cfg.vllm_timeout_s
         runs.append(
             (
-                "vLLM plain",
+                "no speculation",
                 lambda: run_vllm(cfg.target, None, cfg.k, code, cfg.max_tokens, 1, timeout),
             )
         )
         runs.append(
             (
-                "vLLM draft_model",
+                f"draft_model k={cfg.k}",
                 lambda: run_vllm(cfg.target, cfg.draft, cfg.k, code, cfg.max_tokens, 1, timeout),
             )
         )
@@ -137,9 +137,11 @@ def peer_rows(cfg: BenchConfig, code: list[list[int]]) -> tuple[list[Row], list[
     rows: list[Row] = []
     for name, run in runs:
         try:
-            rows.append(from_peer(run(), "code"))
+            row = from_peer(run(), "code")
+            row.mode = name  # e.g. "draft_model k=4": the peer's own mode is only "sequential"
+            rows.append(row)
         except Exception as exc:  # a peer's failure is a finding to report, not a crash
-            notes.append(f"{name} failed: {type(exc).__name__}: {exc}")
+            notes.append(f"peer run '{name}' failed: {type(exc).__name__}: {exc}")
     return rows, notes
 
 
