@@ -1,5 +1,6 @@
 """Build an engine from model directories: load, check the pair, wire the proposer."""
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,24 +41,17 @@ def build_engine(spec: EngineSpec) -> BuiltEngine:
     tokenizer = load_tokenizer(spec.target)
     if spec.draft is not None:
         check_same_vocabulary(spec.target, spec.draft, tokenizer)
-    target = load_model(
-        spec.target,
+    load = functools.partial(
+        load_model,
         dtype=spec.dtype,
         device=spec.device,
         num_slots=config.max_batch_size,
-        max_model_len=spec.max_model_len,
         backend=spec.backend,
     )
+    target = load(spec.target, max_model_len=spec.max_model_len)
     proposer: Proposer | None = None
     if spec.draft is not None:
-        draft = load_model(
-            spec.draft,
-            dtype=spec.dtype,
-            device=spec.device,
-            num_slots=config.max_batch_size,
-            max_model_len=target.max_model_len,
-            backend=spec.backend,
-        )
+        draft = load(spec.draft, max_model_len=target.max_model_len)
         proposer = DraftModelProposer(draft, sparse_top_k=config.draft_sparse_top_k)
     elif spec.ngram:
         proposer = NgramProposer()
