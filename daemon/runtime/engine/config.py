@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+from daemon.runtime.errors import RequestError
+
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -14,8 +16,6 @@ class EngineConfig:
     max_prefill_tokens: int = 8192  # prompt tokens prefilled together in one padded pass
 
     def __post_init__(self) -> None:
-        from daemon.runtime.errors import RequestError
-
         if self.max_batch_size < 1:
             raise RequestError(f"max batch size must be >= 1, got {self.max_batch_size}")
         if not 0 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
