@@ -155,3 +155,14 @@ def test_bad_request_leaves_engine_untouched(tmp_path) -> None:
         engine.add_request(Request("d", []))
     assert not engine.has_unfinished()
     assert [len(o.token_ids) for o in engine.generate([good])] == [2]
+
+
+def test_group_by_length_bounds_padded_tokens() -> None:
+    from daemon.runtime.model.batch import group_by_length
+
+    lengths = [5, 100, 3, 40, 200]
+    groups = group_by_length(lengths, max_padded_tokens=120)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert groups == [[2, 0, 3], [1], [4]]  # 3 x 40 = 120 fits; 200 goes alone
+    for group in groups[:-1]:
+        assert len(group) * max(lengths[i] for i in group) <= 120

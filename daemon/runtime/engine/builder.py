@@ -52,7 +52,11 @@ def build_engine(spec: EngineSpec) -> BuiltEngine:
     proposer: Proposer | None = None
     if spec.draft is not None:
         draft = load(spec.draft, max_model_len=target.max_model_len)
-        proposer = DraftModelProposer(draft, sparse_top_k=config.draft_sparse_top_k)
+        proposer = DraftModelProposer(
+            draft,
+            sparse_top_k=config.draft_sparse_top_k,
+            max_prefill_tokens=config.max_prefill_tokens,
+        )
     elif spec.ngram:
         proposer = NgramProposer()
     engine = SpecEngine(

@@ -3,7 +3,7 @@
 import torch
 
 from daemon.runtime.engine.sequence import Sequence
-from daemon.runtime.model.batch import ForwardBatch, LogitsMode
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.sampling.logits import process_logits
 from daemon.runtime.sampling.random import exponential_noise
@@ -14,15 +14,9 @@ def prefill(target: CausalLM, seqs: list[Sequence], max_tokens_per_pass: int) ->
 
     Prompts go in groups of similar length (sorted), so that padding wastes little compute.
     """
-    ordered = sorted(seqs, key=lambda s: s.num_prompt_tokens)
-    group: list[Sequence] = []
-    for seq in ordered:
-        if group and seq.num_prompt_tokens * (len(group) + 1) > max_tokens_per_pass:
-            _prefill_group(target, group)
-            group = []
-        group.append(seq)
-    if group:
-        _prefill_group(target, group)
+    lengths = [s.num_prompt_tokens for s in seqs]
+    for group in group_by_length(lengths, max_tokens_per_pass):
+        _prefill_group(target, [seqs[i] for i in group])
 
 
 def _prefill_group(target: CausalLM, seqs: list[Sequence]) -> None:

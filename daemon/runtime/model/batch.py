@@ -43,3 +43,19 @@ class ForwardBatch:
     @property
     def max_chunk_len(self) -> int:
         return max((len(chunk) for chunk in self.token_ids), default=0)
+
+
+def group_by_length(lengths: list[int], max_padded_tokens: int) -> list[list[int]]:
+    """Indices of `lengths` in groups of similar length (shortest first) whose padded size,
+    group size x longest chunk, stays within `max_padded_tokens` (a longer chunk goes alone):
+    prefilling prompts together wastes little compute on padding."""
+    groups: list[list[int]] = []
+    group: list[int] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if group and lengths[i] * (len(group) + 1) > max_padded_tokens:
+            groups.append(group)
+            group = []
+        group.append(i)
+    if group:
+        groups.append(group)
+    return groups

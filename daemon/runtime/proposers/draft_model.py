@@ -8,7 +8,7 @@ the part of them that the verifier committed — a rollback by moving a length, 
 import time
 from dataclasses import dataclass, field
 
-from daemon.runtime.model.batch import ForwardBatch, LogitsMode
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import (
     PLACEHOLDER_TOKEN_ID,
@@ -17,9 +17,6 @@ from daemon.runtime.proposers.base import (
     empty_proposals,
 )
 from daemon.runtime.proposers.draft_sampling import DraftSampler
-
-# Prompts are prefilled in groups of similar length so that padding wastes little compute.
-PREFILL_MAX_TOKENS_PER_BATCH = 8192
 
 
 @dataclass(slots=True)
@@ -44,21 +41,17 @@ class DraftModelProposer:
 
     name = "draft_model"
 
-    def __init__(self, model: CausalLM, sparse_top_k: int = 32) -> None:
+    def __init__(
+        self, model: CausalLM, sparse_top_k: int = 32, max_prefill_tokens: int = 8192
+    ) -> None:
         self.model = model
+        self.max_prefill_tokens = max_prefill_tokens  # padded tokens per prefill pass
         self.sampler = DraftSampler(sparse_top_k=sparse_top_k)
         self._states: dict[int, _SlotState] = {}
 
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
-        order = sorted(range(len(slots)), key=lambda i: len(prompts[i]))
-        group: list[int] = []
-        for i in order:
-            if group and len(prompts[i]) * (len(group) + 1) > PREFILL_MAX_TOKENS_PER_BATCH:
-                self._prefill([slots[j] for j in group], [prompts[j] for j in group])
-                group = []
-            group.append(i)
-        if group:
-            self._prefill([slots[j] for j in group], [prompts[j] for j in group])
+        for group in group_by_length([len(p) for p in prompts], self.max_prefill_tokens):
+            self._prefill([slots[i] for i in group], [prompts[i] for i in group])
 
     def _prefill(self, slots: list[int], prompts: list[list[int]]) -> None:
         batch = ForwardBatch(slots, prompts, [0] * len(slots), LogitsMode.NONE)
