@@ -194,7 +194,7 @@ class SpecEngine:
     def _k_limit(self, seq: Sequence) -> int:
         """Most drafts worth asking for: room in the context and tokens left to generate."""
         room = self.target.max_model_len - len(seq.token_ids)
-        left = seq.request.params.max_tokens - len(seq.output_ids) - 1
+        left = seq.request.params.max_tokens - seq.num_output_tokens - 1
         return max(0, min(self.controller.config.max_k, room, left))
 
     def _propose(self, seqs: list[Sequence], ks: list[int]) -> Proposals:

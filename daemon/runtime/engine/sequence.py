@@ -40,6 +40,10 @@ class Sequence:
         return len(self.request.prompt_token_ids)
 
     @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
 
