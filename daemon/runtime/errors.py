@@ -20,3 +20,11 @@ class IncompatibleModelsError(SpecError):
 
 class RequestError(SpecError):
     """A generation request is invalid (prompt too long, parameter out of range)."""
+
+
+class EngineOverloadedError(SpecError):
+    """The engine's queue is full; the request was not accepted (retry later)."""
+
+
+class EngineStoppedError(SpecError):
+    """The engine is shutting down or has failed; it accepts no more requests."""

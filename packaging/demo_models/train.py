@@ -1,7 +1,7 @@
 """Train the demo pair: byte-level BPE, Llama target, Llama draft distilled from the target.
 
-    python packaging/demo_models/train.py --out packaging/demo-models          # full (45 min, 1 thread)
-    python packaging/demo_models/train.py --out /tmp/demo --quick               # smoke (<30 s)
+    python packaging/demo_models/train.py --out packaging/demo-models   # full (45 min, 1 thread)
+    python packaging/demo_models/train.py --out /tmp/demo --quick        # smoke (<30 s)
 
 Deterministic: fixed file order, fixed held-out split, seeded init and seeded batch order.
 """

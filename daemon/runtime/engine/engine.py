@@ -3,23 +3,33 @@
 import gc
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import torch
 
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
 from daemon.runtime.engine.prefill import prefill
-from daemon.runtime.engine.request import Request, RequestOutput
+from daemon.runtime.engine.request import Request, RequestDelta, RequestOutput
 from daemon.runtime.engine.scheduler import Scheduler
 from daemon.runtime.engine.sequence import Sequence
 from daemon.runtime.engine.stats import EngineStats, RoundStats
-from daemon.runtime.engine.stop import StopChecker
+from daemon.runtime.engine.stop import FINISH_ABORT, FINISH_ERROR, StopChecker
 from daemon.runtime.engine.verify import verify
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals, Proposer, ProposeRequest, empty_proposals
 
 Detokenize = Callable[[list[int]], str]
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """What one `step()` did: every request that gained tokens or ended, and the round's stats."""
+
+    deltas: list[RequestDelta] = field(default_factory=list)
+    finished: list[RequestOutput] = field(default_factory=list)  # ended normally or by abort
+    stats: RoundStats = field(default_factory=RoundStats)
 
 
 def _freeze_startup_heap() -> None:
@@ -63,6 +73,7 @@ class SpecEngine:
         self.stats = EngineStats()
         self.last_round = RoundStats()
         self._request_ids: set[str] = set()
+        self._ended_waiting: list[RequestDelta] = []  # aborted before they started
         _freeze_startup_heap()
 
     # -- requests ---------------------------------------------------------------------------
@@ -72,9 +83,47 @@ class SpecEngine:
         self._request_ids.add(request.request_id)
         self.scheduler.add(request)
 
-    def _validate(self, request: Request) -> None:
-        if request.request_id in self._request_ids:
-            raise RequestError(f"request id {request.request_id!r} is already in use")
+    def abort(self, request_id: str) -> bool:
+        """End a request early; its slot is freed and its last delta reported by the next
+        `step()`. False if no such request is queued or running."""
+        request = self.scheduler.remove_waiting(request_id)
+        if request is not None:
+            self._ended_waiting.append(
+                RequestDelta(request_id, [], FINISH_ABORT, len(request.prompt_token_ids), 0)
+            )
+            return True
+        seq = self.scheduler.find_running(request_id)
+        if seq is None or seq.is_finished:
+            return False
+        seq.finish(FINISH_ABORT)
+        return True
+
+    def fail_all(self, message: str) -> list[RequestDelta]:
+        """End every queued and running request with an error (after a failed step, whose
+        state cannot be trusted) and free every slot; the engine is then empty and usable."""
+        deltas = [
+            RequestDelta(r.request_id, [], FINISH_ERROR, len(r.prompt_token_ids), 0, error=message)
+            for r in self.scheduler.waiting
+        ]
+        for seq in self.scheduler.running:
+            seq.finish(FINISH_ERROR)
+            delta = seq.take_delta()
+            assert delta is not None
+            delta.finish_reason, delta.error = FINISH_ERROR, message
+            deltas.append(delta)
+            self._free(seq.slot)
+        self.scheduler.waiting.clear()
+        self.scheduler.free_slots.extend(s.slot for s in self.scheduler.running)
+        self.scheduler.running.clear()
+        self._request_ids.clear()
+        deltas.extend(self._ended_waiting)
+        self._ended_waiting.clear()
+        return deltas
+
+    def check_request(self, request: Request) -> None:
+        """Raise RequestError if the engine could never serve `request` (empty or too long
+        prompt, token ids outside the vocabulary). Reads no mutable state: any thread may call
+        it before handing the request to the thread that drives the engine."""
         num_prompt = len(request.prompt_token_ids)
         if num_prompt == 0:
             raise RequestError(f"request {request.request_id!r}: the prompt is empty")
@@ -91,8 +140,21 @@ class SpecEngine:
                 f"the vocabulary [0, {vocab})"
             )
 
+    def _validate(self, request: Request) -> None:
+        if request.request_id in self._request_ids:
+            raise RequestError(f"request id {request.request_id!r} is already in use")
+        self.check_request(request)
+
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or bool(self._ended_waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
 
     def generate(self, requests: Iterable[Request]) -> list[RequestOutput]:
         """Run requests to completion; outputs in the order of the requests. All requests are
@@ -107,25 +169,32 @@ class SpecEngine:
             self.add_request(req)
         done: dict[str, RequestOutput] = {}
         while self.has_unfinished():
-            for out in self.step():
+            for out in self.step().finished:
                 done[out.request_id] = out
         return [done[rid] for rid in ids]
 
     # -- one step ---------------------------------------------------------------------------
-    def step(self) -> list[RequestOutput]:
-        """Admit, run one round, and return the requests that finished in it."""
-        stats = RoundStats()
+    def step(self) -> StepOutput:
+        """Admit, run one round, retire; report what every request gained in this step."""
+        out = StepOutput(deltas=self._ended_waiting)
+        self._ended_waiting = []
+        stats = out.stats
         start = time.perf_counter()
         with torch.inference_mode():
             self._admit(stats)
             running = [s for s in self.scheduler.running if not s.is_finished]
             if running:
                 self._round(running, stats)
-        finished = self._retire()
+        for seq in self.scheduler.running:
+            delta = seq.take_delta()
+            if delta is not None:
+                out.deltas.append(delta)
+        out.finished = self._retire()
         stats.step_time_s = time.perf_counter() - start
         self.last_round = stats
-        self.stats.add(stats)
-        return finished
+        if stats.batch_size or stats.num_prefill_seqs:
+            self.stats.add(stats)
+        return out
 
     def _admit(self, stats: RoundStats) -> None:
         new: list[Sequence] = []
@@ -213,9 +282,12 @@ class SpecEngine:
     def _retire(self) -> list[RequestOutput]:
         outputs = []
         for seq in self.scheduler.retire_finished():
-            self.target.free_slot(seq.slot)
-            if self.proposer is not None:
-                self.proposer.release(seq.slot)
+            self._free(seq.slot)
             self._request_ids.discard(seq.request.request_id)
             outputs.append(seq.to_output())
         return outputs
+
+    def _free(self, slot: int) -> None:
+        self.target.free_slot(slot)
+        if self.proposer is not None:
+            self.proposer.release(slot)

@@ -38,3 +38,23 @@ class RequestOutput:
     @property
     def tokens_per_s(self) -> float:
         return len(self.token_ids) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(slots=True)
+class RequestDelta:
+    """What one engine step added to one request: its new tokens, and the finish reason when
+    the request ended in this step. Counts are running totals, so the last delta of a request
+    carries its final figures."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None  # "stop" | "length" | "abort" | "error" | None while running
+    num_prompt_tokens: int
+    num_output_tokens: int  # generated so far, including new_token_ids
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    error: str | None = None  # why, when finish_reason == "error"
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None

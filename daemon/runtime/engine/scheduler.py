@@ -27,6 +27,17 @@ class Scheduler:
         """The oldest waiting request and the slot it gets."""
         return self.waiting.popleft(), self.free_slots.pop()
 
+    def remove_waiting(self, request_id: str) -> Request | None:
+        """Take a request that has not started out of the queue (None if it is not there)."""
+        for request in self.waiting:
+            if request.request_id == request_id:
+                self.waiting.remove(request)
+                return request
+        return None
+
+    def find_running(self, request_id: str) -> Sequence | None:
+        return next((s for s in self.running if s.request.request_id == request_id), None)
+
     def start(self, seq: Sequence) -> None:
         self.running.append(seq)
 

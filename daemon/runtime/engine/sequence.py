@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate
-from daemon.runtime.engine.request import Request, RequestOutput
+from daemon.runtime.engine.request import Request, RequestDelta, RequestOutput
 from daemon.runtime.engine.stop import StopChecker
 
 
@@ -25,6 +25,7 @@ class Sequence:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_rounds: int = 0
+    num_reported: int = 0  # output tokens already handed out in deltas
     started_s: float = field(default_factory=time.perf_counter)
     finished_s: float = 0.0
 
@@ -60,6 +61,29 @@ class Sequence:
                 self.finished_s = time.perf_counter()
                 return count
         return len(token_ids)
+
+    def finish(self, reason: str) -> None:
+        """End the sequence from outside (abort, engine failure)."""
+        if self.finish_reason is None:
+            self.finish_reason = reason
+            self.finished_s = time.perf_counter()
+
+    def take_delta(self) -> RequestDelta | None:
+        """The output tokens not yet reported (and the finish reason), or None if nothing new."""
+        num_output = self.num_output_tokens
+        if num_output == self.num_reported and not self.is_finished:
+            return None
+        start = self.num_prompt_tokens + self.num_reported
+        self.num_reported = num_output
+        return RequestDelta(
+            request_id=self.request.request_id,
+            new_token_ids=self.token_ids[start:],
+            finish_reason=self.finish_reason,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_output_tokens=num_output,
+            num_draft_tokens=self.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens,
+        )
 
     def to_output(self) -> RequestOutput:
         end = self.finished_s if self.is_finished else time.perf_counter()

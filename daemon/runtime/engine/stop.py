@@ -9,6 +9,8 @@ Detokenize = Callable[[list[int]], str]
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
+FINISH_ABORT = "abort"  # the caller gave up on the request (a client went away)
+FINISH_ERROR = "error"  # the engine failed; the request ended without a result
 
 # Stop strings are looked for in the text of the last few tokens only: enough for any stop
 # string of up to this many tokens, and it keeps each check O(1) in the output length.

@@ -1,0 +1,180 @@
+"""Per-step deltas, abort, failure recovery, and the engine loop thread that serving builds on."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.runtime.engine.loop import EngineLoop, LoopOutput
+from daemon.runtime.engine.request import Request, RequestDelta
+from daemon.runtime.errors import EngineOverloadedError, EngineStoppedError, RequestError
+from daemon.runtime.proposers.base import Proposals, ProposeRequest
+from daemon.runtime.proposers.ngram import NgramProposer
+from daemon.runtime.sampling.params import SamplingParams
+from tests.engine.conftest import MAX_TOKENS
+from tests.engine.helpers import make_engine
+
+WAIT_S = 60.0
+
+
+def _greedy(max_tokens: int = MAX_TOKENS) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+
+
+def _drain(engine, steps: int = 10_000) -> list[RequestDelta]:
+    deltas: list[RequestDelta] = []
+    for _ in range(steps):
+        if not engine.has_unfinished():
+            break
+        deltas.extend(engine.step().deltas)
+    return deltas
+
+
+def test_deltas_add_up_to_the_outputs(target_dir: Path, draft_dir: Path, prompts, reference):
+    engine = make_engine(target_dir, draft_dir, k=3, batch=4)
+    for i, prompt in enumerate(prompts[:6]):
+        engine.add_request(Request(f"r{i}", prompt, _greedy()))
+    deltas = _drain(engine)
+    for i in range(6):
+        mine = [d for d in deltas if d.request_id == f"r{i}"]
+        tokens = [t for d in mine for t in d.new_token_ids]
+        assert tokens == reference[i]
+        assert [d.finished for d in mine] == [False] * (len(mine) - 1) + [True]
+        assert mine[-1].num_output_tokens == len(reference[i])
+        assert mine[-1].finish_reason == "length"
+        assert all(d.new_token_ids for d in mine[:-1])  # no empty progress deltas
+
+
+def test_abort_running_and_waiting_frees_slots(target_dir: Path, draft_dir: Path, prompts):
+    engine = make_engine(target_dir, draft_dir, k=2, batch=2)
+    for i, prompt in enumerate(prompts[:3]):
+        engine.add_request(Request(f"r{i}", prompt, _greedy(max_tokens=200)))
+    first = engine.step()
+    assert {d.request_id for d in first.deltas} == {"r0", "r1"}  # r2 waits for a slot
+    assert engine.abort("r2") and engine.abort("r0")
+    assert not engine.abort("nope")
+    out = engine.step()
+    ended = {d.request_id: d.finish_reason for d in out.deltas if d.finished}
+    assert ended == {"r0": "abort", "r2": "abort"}
+    assert [o.request_id for o in out.finished] == ["r0"]
+    assert engine.num_running == 1 and engine.num_waiting == 0
+    assert len(engine.scheduler.free_slots) == 1
+    assert not engine.abort("r0")  # already gone
+    engine.add_request(Request("r0", prompts[0], _greedy(max_tokens=2)))  # id reusable
+    _drain(engine)
+    assert len(engine.scheduler.free_slots) == 2
+
+
+class _FailingProposer(NgramProposer):
+    """The real n-gram proposer, failing on its `fail_on`-th call (fault injection)."""
+
+    def __init__(self, fail_on: int) -> None:
+        super().__init__()
+        self.calls = 0
+        self.fail_on = fail_on
+
+    def propose(self, request: ProposeRequest) -> Proposals:
+        self.calls += 1
+        if self.calls == self.fail_on:
+            raise RuntimeError("drafter exploded")
+        return super().propose(request)
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.outputs: list[LoopOutput] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, output: LoopOutput) -> None:
+        with self.cond:
+            self.outputs.append(output)
+            self.cond.notify_all()
+
+    def deltas(self, request_id: str) -> list[RequestDelta]:
+        with self.cond:
+            return [d for o in self.outputs for d in o.deltas if d.request_id == request_id]
+
+    def wait_finished(self, ids: list[str]) -> None:
+        deadline = time.monotonic() + WAIT_S
+        with self.cond:
+            while not all(any(d.finished for d in self._of(i)) for i in ids):
+                left = deadline - time.monotonic()
+                assert left > 0, f"requests {ids} did not finish in {WAIT_S} s"
+                self.cond.wait(left)
+
+    def _of(self, request_id: str) -> list[RequestDelta]:
+        return [d for o in self.outputs for d in o.deltas if d.request_id == request_id]
+
+
+def test_loop_batches_concurrent_submits(target_dir: Path, draft_dir: Path, prompts, reference):
+    engine = make_engine(target_dir, draft_dir, k=3, batch=8)
+    sink = _Collector()
+    loop = EngineLoop(engine, sink)
+    loop.start()
+    try:
+        threads = [
+            threading.Thread(target=loop.submit, args=(Request(f"r{i}", prompts[i], _greedy()),))
+            for i in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        sink.wait_finished([f"r{i}" for i in range(8)])
+        for i in range(8):
+            assert [t for d in sink.deltas(f"r{i}") for t in d.new_token_ids] == reference[i]
+        assert max(r.batch_size for o in sink.outputs for r in o.rounds) > 1
+        assert loop.num_in_flight == 0
+        assert sink.outputs[-1].num_running == 0 and sink.outputs[-1].num_waiting == 0
+    finally:
+        loop.stop()
+
+
+def test_loop_refuses_bad_and_excess_requests(target_dir: Path, prompts):
+    engine = make_engine(target_dir, batch=1)
+    sink = _Collector()
+    loop = EngineLoop(engine, sink, max_waiting=1)
+    with pytest.raises(RequestError, match="empty"):
+        loop.submit(Request("bad", [], _greedy()))
+    # not started yet, so nothing leaves the inbox: capacity is 1 running + 1 waiting
+    loop.submit(Request("a", prompts[0], _greedy()))
+    with pytest.raises(RequestError, match="already in use"):
+        loop.submit(Request("a", prompts[0], _greedy()))
+    loop.submit(Request("b", prompts[1], _greedy()))
+    with pytest.raises(EngineOverloadedError, match="at most 2"):
+        loop.submit(Request("c", prompts[2], _greedy()))
+    loop.abort("b")
+    loop.start()
+    try:
+        sink.wait_finished(["a", "b"])
+        assert sink.deltas("b")[-1].finish_reason == "abort"
+        assert sink.deltas("a")[-1].finish_reason == "length"
+    finally:
+        loop.stop()
+    with pytest.raises(EngineStoppedError):
+        loop.submit(Request("d", prompts[0], _greedy()))
+
+
+def test_loop_survives_a_failed_step_and_stop_ends_requests(target_dir: Path, prompts, reference):
+    engine = make_engine(target_dir, k=2, batch=4)
+    engine.proposer = _FailingProposer(fail_on=2)
+    engine.controller.config.fixed_k = engine.controller.config.max_k = 2
+    sink = _Collector()
+    loop = EngineLoop(engine, sink)
+    loop.start()
+    try:
+        loop.submit(Request("a", prompts[0], _greedy()))
+        sink.wait_finished(["a"])
+        last = sink.deltas("a")[-1]
+        assert last.finish_reason == "error" and "drafter exploded" in (last.error or "")
+        # the engine was emptied and keeps serving
+        assert len(engine.scheduler.free_slots) == 4
+        loop.submit(Request("b", prompts[1], _greedy()))
+        sink.wait_finished(["b"])
+        assert [t for d in sink.deltas("b") for t in d.new_token_ids] == reference[1]
+        loop.submit(Request("long", prompts[2], _greedy(max_tokens=10_000)))
+    finally:
+        loop.stop()
+    assert sink.deltas("long")[-1].finish_reason in {"error", "length"}
+    assert loop.num_in_flight == 0
