@@ -1,0 +1,1 @@
+"""The serving process: the OpenAI-compatible endpoint over an engine backend."""
