@@ -1,5 +1,7 @@
 """Shared helpers for engine tests: engines over tiny checkpoints, reference decoders."""
 
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -7,7 +9,8 @@ import torch
 from daemon.runtime.engine.builder import EngineSpec, build_engine
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
-from daemon.runtime.engine.request import Request, RequestOutput
+from daemon.runtime.engine.loop import LoopOutput
+from daemon.runtime.engine.request import Request, RequestDelta, RequestOutput
 from daemon.runtime.sampling.params import SamplingParams
 
 
@@ -67,3 +70,37 @@ def hf_greedy(model_dir: Path, prompts: list[list[int]], max_tokens: int) -> lis
             )
             outs.append(gen[0, len(prompt) :].tolist())
     return outs
+
+
+class DeltaCollector:
+    """A sink for `LoopOutput`s (from an EngineLoop or a backend) that tests can wait on."""
+
+    def __init__(self) -> None:
+        self.outputs: list[LoopOutput] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, output: LoopOutput) -> None:
+        with self.cond:
+            self.outputs.append(output)
+            self.cond.notify_all()
+
+    def deltas(self, request_id: str) -> list[RequestDelta]:
+        with self.cond:
+            return [d for o in self.outputs for d in o.deltas if d.request_id == request_id]
+
+    def tokens(self, request_id: str) -> list[int]:
+        return [t for d in self.deltas(request_id) for t in d.new_token_ids]
+
+    def last(self, request_id: str) -> RequestDelta:
+        return self.deltas(request_id)[-1]
+
+    def wait_finished(self, ids: list[str], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while not all(any(d.finished for d in self._of(i)) for i in ids):
+                left = deadline - time.monotonic()
+                assert left > 0, f"requests {ids} did not finish in {timeout_s} s"
+                self.cond.wait(left)
+
+    def _of(self, request_id: str) -> list[RequestDelta]:
+        return [d for o in self.outputs for d in o.deltas if d.request_id == request_id]

@@ -1,21 +1,18 @@
 """Per-step deltas, abort, failure recovery, and the engine loop thread that serving builds on."""
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from daemon.runtime.engine.loop import EngineLoop, LoopOutput
+from daemon.runtime.engine.loop import EngineLoop
 from daemon.runtime.engine.request import Request, RequestDelta
 from daemon.runtime.errors import EngineOverloadedError, EngineStoppedError, RequestError
 from daemon.runtime.proposers.base import Proposals, ProposeRequest
 from daemon.runtime.proposers.ngram import NgramProposer
 from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.conftest import MAX_TOKENS
-from tests.engine.helpers import make_engine
-
-WAIT_S = 60.0
+from tests.engine.helpers import DeltaCollector, make_engine
 
 
 def _greedy(max_tokens: int = MAX_TOKENS) -> SamplingParams:
@@ -81,35 +78,9 @@ class _FailingProposer(NgramProposer):
         return super().propose(request)
 
 
-class _Collector:
-    def __init__(self) -> None:
-        self.outputs: list[LoopOutput] = []
-        self.cond = threading.Condition()
-
-    def __call__(self, output: LoopOutput) -> None:
-        with self.cond:
-            self.outputs.append(output)
-            self.cond.notify_all()
-
-    def deltas(self, request_id: str) -> list[RequestDelta]:
-        with self.cond:
-            return [d for o in self.outputs for d in o.deltas if d.request_id == request_id]
-
-    def wait_finished(self, ids: list[str]) -> None:
-        deadline = time.monotonic() + WAIT_S
-        with self.cond:
-            while not all(any(d.finished for d in self._of(i)) for i in ids):
-                left = deadline - time.monotonic()
-                assert left > 0, f"requests {ids} did not finish in {WAIT_S} s"
-                self.cond.wait(left)
-
-    def _of(self, request_id: str) -> list[RequestDelta]:
-        return [d for o in self.outputs for d in o.deltas if d.request_id == request_id]
-
-
 def test_loop_batches_concurrent_submits(target_dir: Path, draft_dir: Path, prompts, reference):
     engine = make_engine(target_dir, draft_dir, k=3, batch=8)
-    sink = _Collector()
+    sink = DeltaCollector()
     loop = EngineLoop(engine, sink)
     loop.start()
     try:
@@ -120,7 +91,7 @@ def test_loop_batches_concurrent_submits(target_dir: Path, draft_dir: Path, prom
         for t in threads:
             t.start()
         for t in threads:
-            t.join(WAIT_S)
+            t.join(60)
         sink.wait_finished([f"r{i}" for i in range(8)])
         for i in range(8):
             assert [t for d in sink.deltas(f"r{i}") for t in d.new_token_ids] == reference[i]
@@ -133,7 +104,7 @@ def test_loop_batches_concurrent_submits(target_dir: Path, draft_dir: Path, prom
 
 def test_loop_refuses_bad_and_excess_requests(target_dir: Path, prompts):
     engine = make_engine(target_dir, batch=1)
-    sink = _Collector()
+    sink = DeltaCollector()
     loop = EngineLoop(engine, sink, max_waiting=1)
     with pytest.raises(RequestError, match="empty"):
         loop.submit(Request("bad", [], _greedy()))
@@ -160,7 +131,7 @@ def test_loop_survives_a_failed_step_and_stop_ends_requests(target_dir: Path, pr
     engine = make_engine(target_dir, k=2, batch=4)
     engine.proposer = _FailingProposer(fail_on=2)
     engine.controller.config.fixed_k = engine.controller.config.max_k = 2
-    sink = _Collector()
+    sink = DeltaCollector()
     loop = EngineLoop(engine, sink)
     loop.start()
     try:

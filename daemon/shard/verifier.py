@@ -1,0 +1,185 @@
+"""The verifier shard: owns the truth (the batch, the target's KV cache, the sampling).
+
+It runs the engine in an `EngineLoop` and buffers what each step produces until the serving
+process polls for it. Run as a threaded Ray actor: `poll` blocks (up to its timeout) while
+`submit` and `abort` keep being served on other threads.
+"""
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from daemon.runtime.engine.builder import BuiltEngine, EngineSpec, build_engine
+from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.engine.loop import EngineLoop, LoopOutput
+from daemon.runtime.engine.request import Request
+from daemon.runtime.errors import (
+    EngineOverloadedError,
+    EngineStoppedError,
+    RequestError,
+    SpecError,
+)
+from daemon.shard.background_load import BackgroundLoad, NotReadyError, Progress
+from daemon.shard.node_context import NodeContext
+from daemon.shard.specs import ShardStatus, VerifierSpec
+from daemon.shard.tokenizer_files import read_tokenizer_files
+
+logger = logging.getLogger(__name__)
+
+MAX_POLL_WAIT_S = 5.0
+
+
+@dataclass(slots=True)
+class SubmitResult:
+    """`submit`'s answer; exceptions do not cross Ray well, so refusals come back as data."""
+
+    accepted: bool
+    kind: str = ""  # "request" | "overloaded" | "stopped" | "not_ready" when refused
+    message: str = ""
+
+
+@dataclass(slots=True)
+class PollReply:
+    instance_id: str  # a restarted verifier answers with a new one: its requests are gone
+    state: str
+    output: LoopOutput | None  # None when nothing happened within the wait
+
+
+@dataclass(slots=True)
+class VerifierInfo:
+    """What the serving process needs to know about the model behind the shard."""
+
+    max_model_len: int
+    vocab_size: int
+    proposer: str
+    num_speculative_tokens: int
+    adaptive: bool
+    max_batch_size: int
+
+
+@dataclass(slots=True)
+class _Running:
+    built: BuiltEngine
+    loop: EngineLoop
+
+
+class VerifierShard:
+    def __init__(self, spec: VerifierSpec) -> None:
+        if spec.num_threads:
+            torch.set_num_threads(spec.num_threads)
+        self.spec = spec
+        self.context = NodeContext.current()
+        self._cond = threading.Condition()
+        self._pending: LoopOutput | None = None
+        self._load = BackgroundLoad(self._build, "verifier")
+
+    # -- loading ----------------------------------------------------------------------------
+    def _build(self, progress: Progress) -> _Running:
+        spec = self.spec
+        speculating = spec.proposer != "none"
+        config = EngineConfig(
+            max_batch_size=spec.max_batch_size,
+            num_speculative_tokens=spec.num_speculative_tokens if speculating else 0,
+            adaptive=spec.adaptive and speculating,
+        )
+        built = build_engine(
+            EngineSpec(
+                target=Path(spec.target_dir),
+                draft=Path(spec.draft_dir)
+                if spec.proposer == "draft_model" and spec.draft_dir
+                else None,
+                ngram=spec.proposer == "ngram",
+                dtype=spec.dtype,
+                max_model_len=spec.max_model_len,
+                engine=config,
+            )
+        )
+        loop = EngineLoop(built.engine, self._collect, max_waiting=spec.max_waiting)
+        loop.start()
+        logger.info("verifier ready on %s (%s)", self.context.node_name, spec.target_dir)
+        return _Running(built, loop)
+
+    def _collect(self, output: LoopOutput) -> None:
+        with self._cond:
+            if self._pending is None:
+                self._pending = output
+            else:
+                self._pending.merge(output)
+            self._cond.notify_all()
+
+    # -- calls from the control plane and the serving process ----------------------------------
+    def status(self) -> ShardStatus:
+        load = self._load
+        return ShardStatus(
+            role="verifier",
+            state=load.state,
+            node_id=self.context.node_id,
+            node_name=self.context.node_name,
+            pid=self.context.pid,
+            instance_id=self.context.instance_id,
+            error=load.error,
+            loaded_bytes=load.loaded_bytes,
+            total_bytes=load.total_bytes,
+            load_time_s=load.load_time_s,
+        )
+
+    def wait_ready(self, timeout_s: float) -> ShardStatus:
+        """Block until loaded (or failed) or `timeout_s` passed, then report."""
+        self._load.wait(timeout_s)
+        return self.status()
+
+    def info(self) -> VerifierInfo:
+        running = self._load.get()
+        engine = running.built.engine
+        proposer = engine.proposer.name if engine.proposer is not None else "none"
+        return VerifierInfo(
+            max_model_len=engine.target.max_model_len,
+            vocab_size=engine.target.vocab_size,
+            proposer=proposer,
+            num_speculative_tokens=engine.config.num_speculative_tokens,
+            adaptive=engine.config.adaptive,
+            max_batch_size=engine.config.max_batch_size,
+        )
+
+    def tokenizer_files(self) -> dict[str, bytes]:
+        return read_tokenizer_files(Path(self.spec.target_dir))
+
+    def submit(self, request: Request) -> SubmitResult:
+        try:
+            self._load.get().loop.submit(request)
+        except NotReadyError as exc:
+            return SubmitResult(False, "not_ready", str(exc))
+        except RequestError as exc:
+            return SubmitResult(False, "request", str(exc))
+        except EngineOverloadedError as exc:
+            return SubmitResult(False, "overloaded", str(exc))
+        except (EngineStoppedError, SpecError) as exc:
+            return SubmitResult(False, "stopped", str(exc))
+        return SubmitResult(True)
+
+    def abort(self, request_id: str) -> None:
+        try:
+            self._load.get().loop.abort(request_id)
+        except NotReadyError:
+            return
+
+    def poll(self, max_wait_s: float) -> PollReply:
+        """What the engine produced since the last poll, waiting up to `max_wait_s` for it."""
+        wait_s = min(max(max_wait_s, 0.0), MAX_POLL_WAIT_S)
+        with self._cond:
+            if self._pending is None:
+                self._cond.wait(wait_s)
+            output, self._pending = self._pending, None
+        return PollReply(self.context.instance_id, self._load.state, output)
+
+    def stop(self) -> None:
+        """End every request in flight (their last deltas wait for the next poll)."""
+        try:
+            running = self._load.get()
+        except NotReadyError:
+            return
+        running.loop.stop()
+        self._load.stop()

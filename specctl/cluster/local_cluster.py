@@ -1,0 +1,60 @@
+"""Several Ray nodes on this machine forming one cluster: the first is the head.
+
+Re-creating a `LocalCluster` over the same root directory finds the nodes a previous process
+started (their state files), so `apply` can start nodes and a later `down` stop them.
+"""
+
+import json
+from pathlib import Path
+
+from specctl.cluster.local_nodes import LocalClusterError, LocalNode, LocalNodeSpec, free_port
+
+HEAD_PORT_FILE = "head-port"
+
+
+class LocalCluster:
+    def __init__(self, specs: list[LocalNodeSpec], root: Path, token_file: Path) -> None:
+        if not specs:
+            raise LocalClusterError("a local cluster needs at least one node")
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise LocalClusterError(f"local node names must be distinct, got {names}")
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        head_port = self._head_port()
+        self.nodes = [LocalNode(s, root / s.name, token_file, head_port) for s in specs]
+
+    def _head_port(self) -> int:
+        path = self.root / HEAD_PORT_FILE
+        if path.is_file():
+            return int(json.loads(path.read_text()))
+        port = free_port()
+        path.write_text(json.dumps(port))
+        return port
+
+    @property
+    def head(self) -> LocalNode:
+        return self.nodes[0]
+
+    @property
+    def address(self) -> str:
+        """host:port of the head's GCS (the head must be running)."""
+        running = self.head.running
+        if running is None:
+            raise LocalClusterError(f"the head node {self.head.spec.name} is not running")
+        return running.gcs_address
+
+    def start(self) -> str:
+        """Start every node not already running (idempotent); returns the GCS address."""
+        address = self.head.start(None).gcs_address
+        for node in self.nodes[1:]:
+            node.start(address)
+        return address
+
+    def stop(self) -> list[int]:
+        """Stop every node, workers first; returns pids that would not die (empty: clean)."""
+        leftover: list[int] = []
+        for node in reversed(self.nodes):
+            leftover += node.stop()
+        (self.root / HEAD_PORT_FILE).unlink(missing_ok=True)
+        return leftover

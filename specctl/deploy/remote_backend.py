@@ -1,0 +1,180 @@
+"""An `EngineBackend` whose engine runs in a verifier shard on another node.
+
+Requests go to the shard with a Ray call each; a poller thread long-polls the shard for the
+engine's outputs and hands them to the endpoint's sink. If the shard dies or stops answering,
+every request in flight ends with an error within `call_timeout_s` (no client waits forever),
+and the poller keeps trying: a shard restarted by Ray serves new requests again.
+"""
+
+import logging
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from daemon.runtime.engine.builder import load_tokenizer
+from daemon.runtime.engine.loop import LoopOutput, Sink
+from daemon.runtime.engine.request import Request, RequestDelta
+from daemon.runtime.engine.stop import FINISH_ERROR
+from daemon.runtime.errors import EngineOverloadedError, EngineStoppedError, RequestError
+from daemon.shard.tokenizer_files import write_tokenizer_files
+from daemon.shard.verifier import PollReply, SubmitResult, VerifierInfo
+from specctl.server.backend import ServedModel
+
+logger = logging.getLogger(__name__)
+
+POLL_WAIT_S = 0.5  # the shard answers at once when there is output; this bounds an idle poll
+CALL_TIMEOUT_S = 30.0  # beyond the poll's own wait: a shard silent this long is down
+RETRY_BACKOFF_S = 1.0
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+class RemoteBackend:
+    def __init__(
+        self,
+        verifier: Any,  # a Ray actor handle of a VerifierShard
+        model: ServedModel,
+        *,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        poll_wait_s: float = POLL_WAIT_S,
+    ) -> None:
+        self.model = model
+        self._verifier = verifier
+        self._call_timeout_s = call_timeout_s
+        self._poll_wait_s = poll_wait_s
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, int] = {}  # request id -> prompt tokens
+        self._instance_id: str | None = None
+        self._stopping = threading.Event()
+        self._sink: Sink | None = None
+        self._poller = threading.Thread(
+            target=self._poll_forever, name="verifier-poll", daemon=True
+        )
+
+    def start(self, sink: Sink) -> None:
+        self._sink = sink
+        self._poller.start()
+
+    def submit(self, request: Request) -> None:
+        ray = _ray()
+        if self._stopping.is_set():
+            raise EngineStoppedError("the server is shutting down")
+        with self._lock:
+            if request.request_id in self._in_flight:
+                raise RequestError(f"request id {request.request_id!r} is already in use")
+            self._in_flight[request.request_id] = len(request.prompt_token_ids)
+        try:
+            result: SubmitResult = ray.get(
+                self._verifier.submit.remote(request), timeout=self._call_timeout_s
+            )
+        except Exception as exc:  # the shard died, its node is gone, or it did not answer
+            self._forget(request.request_id)
+            raise EngineStoppedError(f"the verifier shard is unreachable: {_reason(exc)}") from None
+        if not result.accepted:
+            self._forget(request.request_id)
+            raise _refusal(result)
+
+    def abort(self, request_id: str) -> None:
+        try:
+            self._verifier.abort.remote(request_id)
+        except Exception as exc:
+            logger.warning("abort of %s not delivered: %s", request_id, _reason(exc))
+
+    def stop(self) -> None:
+        """Stop polling and end what is in flight here; the shard itself keeps running (it
+        belongs to the deployment, and `specctl down` stops it)."""
+        self._stopping.set()
+        if self._poller.is_alive():
+            self._poller.join(self._poll_wait_s + self._call_timeout_s)
+        self._fail_in_flight("the server is shutting down")
+
+    # -- the poller thread ------------------------------------------------------------------
+    def _poll_forever(self) -> None:
+        ray = _ray()
+        while not self._stopping.is_set():
+            try:
+                reply: PollReply = ray.get(
+                    self._verifier.poll.remote(self._poll_wait_s),
+                    timeout=self._poll_wait_s + self._call_timeout_s,
+                )
+            except Exception as exc:
+                self._fail_in_flight(f"the verifier shard is unreachable: {_reason(exc)}")
+                self._stopping.wait(RETRY_BACKOFF_S)
+                continue
+            if reply.instance_id != self._instance_id:
+                if self._instance_id is not None:
+                    self._fail_in_flight("the verifier shard restarted; its requests were lost")
+                self._instance_id = reply.instance_id
+            if reply.output is not None:
+                self._deliver(reply.output)
+
+    def _deliver(self, output: LoopOutput) -> None:
+        with self._lock:
+            for delta in output.deltas:
+                if delta.finished:
+                    self._in_flight.pop(delta.request_id, None)
+        if self._sink is not None:
+            self._sink(output)
+
+    def _fail_in_flight(self, message: str) -> None:
+        with self._lock:
+            lost, self._in_flight = self._in_flight, {}
+        if not lost or self._sink is None:
+            return
+        logger.error("%s (%d requests ended)", message, len(lost))
+        deltas = [
+            RequestDelta(rid, [], FINISH_ERROR, num_prompt, 0, error=message)
+            for rid, num_prompt in lost.items()
+        ]
+        self._sink(LoopOutput(deltas=deltas, time_s=time.time()))
+
+    def _forget(self, request_id: str) -> None:
+        with self._lock:
+            self._in_flight.pop(request_id, None)
+
+
+def _refusal(result: SubmitResult) -> Exception:
+    if result.kind == "request":
+        return RequestError(result.message)
+    if result.kind == "overloaded":
+        return EngineOverloadedError(result.message)
+    return EngineStoppedError(result.message)
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def served_model(verifier: Any, name: str, timeout_s: float, cache_dir: Path | None = None):
+    """Wait for the shard to load, then describe its model (tokenizer fetched from the shard,
+    so the serving machine needs no copy of the model directory)."""
+    ray = _ray()
+    deadline = time.monotonic() + timeout_s
+    status = ray.get(verifier.wait_ready.remote(timeout_s), timeout=timeout_s + CALL_TIMEOUT_S)
+    if status.state != "ready":
+        raise EngineStoppedError(
+            f"the verifier shard on {status.node_name} is {status.state}"
+            + (f": {status.error}" if status.error else "")
+        )
+    left_s = max(1.0, deadline - time.monotonic())
+    info: VerifierInfo = ray.get(verifier.info.remote(), timeout=left_s)
+    files = ray.get(verifier.tokenizer_files.remote(), timeout=left_s + CALL_TIMEOUT_S)
+    directory = Path(tempfile.mkdtemp(prefix="specctl-tok-", dir=cache_dir))
+    tokenizer = load_tokenizer(write_tokenizer_files(files, directory))
+    return ServedModel(
+        name=name,
+        max_model_len=info.max_model_len,
+        vocab_size=info.vocab_size,
+        tokenizer=tokenizer,
+        proposer=info.proposer,
+        num_speculative_tokens=info.num_speculative_tokens,
+        adaptive=info.adaptive,
+        max_batch_size=info.max_batch_size,
+    )
