@@ -37,6 +37,7 @@ class SubmitResult:
     """`submit`'s answer; exceptions do not cross Ray well, so refusals come back as data."""
 
     accepted: bool
+    instance_id: str  # the shard instance that took (or refused) the request
     kind: str = ""  # "request" | "overloaded" | "stopped" | "not_ready" when refused
     message: str = ""
 
@@ -148,17 +149,18 @@ class VerifierShard:
         return read_tokenizer_files(Path(self.spec.target_dir))
 
     def submit(self, request: Request) -> SubmitResult:
+        instance = self.context.instance_id
         try:
             self._load.get().loop.submit(request)
         except NotReadyError as exc:
-            return SubmitResult(False, "not_ready", str(exc))
+            return SubmitResult(False, instance, "not_ready", str(exc))
         except RequestError as exc:
-            return SubmitResult(False, "request", str(exc))
+            return SubmitResult(False, instance, "request", str(exc))
         except EngineOverloadedError as exc:
-            return SubmitResult(False, "overloaded", str(exc))
+            return SubmitResult(False, instance, "overloaded", str(exc))
         except (EngineStoppedError, SpecError) as exc:
-            return SubmitResult(False, "stopped", str(exc))
-        return SubmitResult(True)
+            return SubmitResult(False, instance, "stopped", str(exc))
+        return SubmitResult(True, instance)
 
     def abort(self, request_id: str) -> None:
         try:

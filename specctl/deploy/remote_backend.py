@@ -10,6 +10,7 @@ import logging
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,12 @@ logger = logging.getLogger(__name__)
 POLL_WAIT_S = 0.5  # the shard answers at once when there is output; this bounds an idle poll
 CALL_TIMEOUT_S = 30.0  # beyond the poll's own wait: a shard silent this long is down
 RETRY_BACKOFF_S = 1.0
+
+
+@dataclass(slots=True)
+class _InFlight:
+    num_prompt_tokens: int
+    instance_id: str | None  # the shard instance holding it (None until it answered)
 
 
 def _ray() -> Any:
@@ -49,8 +56,9 @@ class RemoteBackend:
         self._call_timeout_s = call_timeout_s
         self._poll_wait_s = poll_wait_s
         self._lock = threading.Lock()
-        self._in_flight: dict[str, int] = {}  # request id -> prompt tokens
-        self._instance_id: str | None = None
+        self._in_flight: dict[str, _InFlight] = {}
+        self._instance_id: str | None = None  # the shard instance the poller last heard
+        self._dead: set[str] = set()  # instances found dead or replaced
         self._stopping = threading.Event()
         self._sink: Sink | None = None
         self._poller = threading.Thread(
@@ -68,7 +76,7 @@ class RemoteBackend:
         with self._lock:
             if request.request_id in self._in_flight:
                 raise RequestError(f"request id {request.request_id!r} is already in use")
-            self._in_flight[request.request_id] = len(request.prompt_token_ids)
+            self._in_flight[request.request_id] = _InFlight(len(request.prompt_token_ids), None)
         try:
             result: SubmitResult = ray.get(
                 self._verifier.submit.remote(request), timeout=self._call_timeout_s
@@ -79,6 +87,13 @@ class RemoteBackend:
         if not result.accepted:
             self._forget(request.request_id)
             raise _refusal(result)
+        with self._lock:
+            if result.instance_id in self._dead:  # taken by an instance that died since
+                self._in_flight.pop(request.request_id, None)
+                raise EngineStoppedError("the verifier shard restarted; the request was lost")
+            entry = self._in_flight.get(request.request_id)
+            if entry is not None:
+                entry.instance_id = result.instance_id
 
     def abort(self, request_id: str) -> None:
         try:
@@ -92,6 +107,8 @@ class RemoteBackend:
         self._stopping.set()
         if self._poller.is_alive():
             self._poller.join(self._poll_wait_s + self._call_timeout_s)
+        with self._lock:
+            self._dead.update(e.instance_id for e in self._in_flight.values() if e.instance_id)
         self._fail_in_flight("the server is shutting down")
 
     # -- the poller thread ------------------------------------------------------------------
@@ -104,13 +121,17 @@ class RemoteBackend:
                     timeout=self._poll_wait_s + self._call_timeout_s,
                 )
             except Exception as exc:
+                self._mark_dead(self._instance_id)
                 self._fail_in_flight(f"the verifier shard is unreachable: {_reason(exc)}")
                 self._stopping.wait(RETRY_BACKOFF_S)
                 continue
             if reply.instance_id != self._instance_id:
                 if self._instance_id is not None:
+                    self._mark_dead(self._instance_id)
                     self._fail_in_flight("the verifier shard restarted; its requests were lost")
                 self._instance_id = reply.instance_id
+            with self._lock:  # it answered: alive after all (a poll that merely timed out)
+                self._dead.discard(reply.instance_id)
             if reply.output is not None:
                 self._deliver(reply.output)
 
@@ -122,15 +143,31 @@ class RemoteBackend:
         if self._sink is not None:
             self._sink(output)
 
+    def _mark_dead(self, instance_id: str | None) -> None:
+        if instance_id is not None:
+            with self._lock:
+                self._dead.add(instance_id)
+
     def _fail_in_flight(self, message: str) -> None:
+        """End with an error every request held by a dead shard instance. A request whose
+        submit call is still out is left to that call: it fails there, or its answer names
+        the instance that took it (failed at once if that one is dead too)."""
         with self._lock:
-            lost, self._in_flight = self._in_flight, {}
+            lost = {
+                rid: entry
+                for rid, entry in self._in_flight.items()
+                if entry.instance_id is not None and entry.instance_id in self._dead
+            }
+            for rid in lost:
+                del self._in_flight[rid]
         if not lost or self._sink is None:
             return
         logger.error("%s (%d requests ended)", message, len(lost))
+        for rid in lost:  # a shard that was only slow frees their slots
+            self.abort(rid)
         deltas = [
-            RequestDelta(rid, [], FINISH_ERROR, num_prompt, 0, error=message)
-            for rid, num_prompt in lost.items()
+            RequestDelta(rid, [], FINISH_ERROR, entry.num_prompt_tokens, 0, error=message)
+            for rid, entry in lost.items()
         ]
         self._sink(LoopOutput(deltas=deltas, time_s=time.time()))
 
