@@ -60,7 +60,9 @@ def test_remote_greedy_equals_target_only(cluster: TestCluster, verifier) -> Non
     assert model.proposer == "draft_model" and model.max_batch_size == 8
     prompts = _prompts(model.tokenizer)
     target, _ = demo_pair_dirs()
-    reference = run_greedy(make_engine(target, batch=8, max_model_len=None), prompts, MAX_TOKENS)
+    reference = run_greedy(
+        make_engine(target, batch=8, max_model_len=None, dtype="float32"), prompts, MAX_TOKENS
+    )
 
     sink = DeltaCollector()
     backend = RemoteBackend(verifier, model)

@@ -24,12 +24,14 @@ def make_engine(
     batch: int = 16,
     backend: str = "auto",
     max_model_len: int | None = 256,
+    dtype: str = "auto",
 ) -> SpecEngine:
     spec = EngineSpec(
         target=target,
         draft=draft,
         ngram=ngram,
         backend=backend,
+        dtype=dtype,
         max_model_len=max_model_len,
         engine=EngineConfig(
             max_batch_size=batch,
