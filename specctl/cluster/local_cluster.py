@@ -4,12 +4,23 @@ Re-creating a `LocalCluster` over the same root directory finds the nodes a prev
 started (their state files), so `apply` can start nodes and a later `down` stop them.
 """
 
+import hashlib
 import json
 from pathlib import Path
 
 from specctl.cluster.local_nodes import LocalClusterError, LocalNode, LocalNodeSpec, free_port
 
 HEAD_PORT_FILE = "head-port"
+MAX_NODE_DIR_CHARS = 16
+
+
+def node_dir_name(name: str) -> str:
+    """A short, stable directory name for a node (Ray's socket paths must stay short)."""
+    if len(name) <= MAX_NODE_DIR_CHARS and name.replace("-", "").replace("_", "").isalnum():
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    short = "".join(c for c in name if c.isalnum())[: MAX_NODE_DIR_CHARS - 7]
+    return f"{short}-{digest}"
 
 
 class LocalCluster:
@@ -22,7 +33,9 @@ class LocalCluster:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         head_port = self._head_port()
-        self.nodes = [LocalNode(s, root / s.name, token_file, head_port) for s in specs]
+        self.nodes = [
+            LocalNode(s, root / node_dir_name(s.name), token_file, head_port) for s in specs
+        ]
 
     def _head_port(self) -> int:
         path = self.root / HEAD_PORT_FILE
