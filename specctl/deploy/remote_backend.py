@@ -189,7 +189,7 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
-def served_model(verifier: Any, name: str, timeout_s: float, cache_dir: Path | None = None):
+def served_model(verifier: Any, name: str, timeout_s: float) -> ServedModel:
     """Wait for the shard to load, then describe its model (tokenizer fetched from the shard,
     so the serving machine needs no copy of the model directory)."""
     ray = _ray()
@@ -203,8 +203,8 @@ def served_model(verifier: Any, name: str, timeout_s: float, cache_dir: Path | N
     left_s = max(1.0, deadline - time.monotonic())
     info: VerifierInfo = ray.get(verifier.info.remote(), timeout=left_s)
     files = ray.get(verifier.tokenizer_files.remote(), timeout=left_s + CALL_TIMEOUT_S)
-    directory = Path(tempfile.mkdtemp(prefix="specctl-tok-", dir=cache_dir))
-    tokenizer = load_tokenizer(write_tokenizer_files(files, directory))
+    with tempfile.TemporaryDirectory(prefix="specctl-tok-") as tmp:  # loaded into memory
+        tokenizer = load_tokenizer(write_tokenizer_files(files, Path(tmp)))
     return ServedModel(
         name=name,
         max_model_len=info.max_model_len,
