@@ -12,6 +12,7 @@ from daemon.runtime.engine.builder import check_same_vocabulary, eos_token_ids, 
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.request import Request
+from daemon.runtime.engine.stats import EngineStats
 from daemon.runtime.model import load_model
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.draft_model import DraftModelProposer
@@ -83,10 +84,16 @@ class SpecBench:
         k: int = 0,
         adaptive: bool = False,
     ) -> RunResult:
-        """Greedy, EOS ignored, so every configuration generates exactly the same tokens."""
+        """Greedy, EOS ignored, so every configuration generates exactly the same tokens.
+
+        The measured engine is warmed first on the same workload shape (as a server is after
+        its first requests): caches and kernels are warm, and adaptive mode has measured its
+        costs and acceptance. Its statistics are then reset."""
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-        self.engine(concurrency, k, adaptive).generate([Request("warmup", prompts[0], params)])
         engine = self.engine(concurrency, k, adaptive)
+        warmup = prompts[: max(concurrency, 1)]
+        engine.generate(Request(f"warmup{i}", p, params) for i, p in enumerate(warmup))
+        engine.stats = EngineStats()
         requests = [Request(f"r{i}", p, params) for i, p in enumerate(prompts)]
         start = time.perf_counter()
         outputs = engine.generate(requests)

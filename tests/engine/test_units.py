@@ -1,5 +1,7 @@
 """Unit tests of the engine's model-free parts: n-gram lookup, stop checks, the controller."""
 
+import random
+
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
 from daemon.runtime.engine.cost_model import CostModel, batch_bucket
@@ -132,6 +134,50 @@ def test_cost_model_borrows_curve_shape_for_new_batch_size() -> None:
     costs.record_verify(1, 5, 0.020)  # batch 1: T=5 costs 2x T=1
     costs.record_verify(32, 1, 0.050)  # batch 32 measured only for plain decoding
     assert abs((costs.verify_cost(32, 5) or 0) - 0.100) < 1e-12
+
+
+def test_cost_model_fits_draft_intercept_and_resists_outliers() -> None:
+    costs = CostModel()
+    for k in (1, 2, 4, 1, 2, 4):
+        costs.record_draft(1, k, 0.0004 + 0.0013 * k)  # every round pays 0.4 ms once
+    assert abs(costs.draft_cost(1, 3) - (0.0004 + 0.0039)) < 1e-9
+    for seconds in (0.005, 0.005, 0.005, 0.050):  # one slow pass
+        costs.record_verify(1, 1, seconds)
+    assert costs.verify_cost(1, 1) == 0.005
+    costs.record_overhead(1, 0.001)
+    assert abs((costs.round_cost(1, 0) or 0) - 0.006) < 1e-12  # verify + overhead, no draft
+
+
+def test_adaptive_counts_fixed_overhead_in_favour_of_longer_rounds() -> None:
+    """Per-position acceptance 0.8: without the 3 ms fixed cost per round k = 2 is best
+    (2.44 tokens / 9 ms); with it, k = 3 amortises the overhead better (2.95 / 14 ms)."""
+    ctl = _costed(0.0015, {1: 0.005, 2: 0.0055, 3: 0.006, 4: 0.0065, 5: 0.007}, batch=1)
+    est = ctl.new_estimate()
+    counts = [0] * 20 + [1] * 16 + [2] * 13 + [3] * 10 + [4] * 41  # geometric, 0.8
+    random.Random(0).shuffle(counts)
+    for accepted in counts * 3:
+        ctl.observe(est, 4, accepted)
+    without = ctl._best_k([accept_probs(est.alphas(ctl._prior(), 8.0))], [4])
+    ctl.costs.record_overhead(1, 0.003)
+    with_overhead = ctl._best_k([accept_probs(est.alphas(ctl._prior(), 8.0))], [4])
+    assert (without, with_overhead) == (2, 3)
+
+
+def test_adaptive_probes_one_position_further_now_and_then() -> None:
+    ctl = _costed(0.004, {1: 0.010, 2: 0.0105, 3: 0.019, 4: 0.03, 5: 0.04}, batch=1)
+    est = _trained(ctl, 1)  # only the first draft is ever accepted: k = 1 is best
+    ks = [ctl.choose([est], [4])[0] for _ in range(16)]
+    assert ks.count(1) == 14 and ks.count(2) == 2
+
+
+def test_two_rejections_do_not_talk_a_sequence_out_of_speculating() -> None:
+    ctl = _costed(0.001, {1: 0.010, 5: 0.013}, batch=1)
+    for _ in range(100):  # the engine-wide picture: drafts are mostly accepted
+        ctl.observe(ctl.new_estimate(), 4, 4)
+    est = ctl.new_estimate()
+    ctl.observe(est, 4, 0)
+    ctl.observe(est, 4, 0)
+    assert ctl.choose([est], [4]) == [4]
 
 
 def test_bad_request_leaves_engine_untouched(tmp_path) -> None:

@@ -2,12 +2,18 @@
 
 Adaptive mode picks the round's K that maximises expected emitted tokens per second,
 
-    sum_b E_b(min(K, cap_b))  /  (K * draft_step_cost(B) + verify_cost(B, K + 1)),
+    sum_b E_b(min(K, cap_b))  /  round_cost(B, K),
+    round_cost(B, K) = draft(B, K) + verify(B, K + 1) + overhead(B)        (cost_model.py)
 
-against plain decoding (K = 0: B tokens per verify_cost(B, 1)), from measured per-position
+against plain decoding (K = 0: B tokens per round_cost(B, 0)), from measured per-position
 acceptance (per sequence, shrunk towards the engine-wide estimate) and measured costs at the
-current batch size. Where speculation does not pay, K = 0: the round is plain decoding. A
-round of speculation is tried now and then while K = 0 so that the estimates stay current.
+current batch size. Where speculation does not pay, K = 0: the round is plain decoding.
+
+Estimates only learn where drafts are verified, so a controller that settles on a short K
+would never see whether deeper positions got better. Now and then it probes one position
+further than its choice (K + 1, or K = 1 from plain decoding) to keep them current.
+A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
+pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 """
 
 from dataclasses import dataclass, field
@@ -15,10 +21,13 @@ from dataclasses import dataclass, field
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
 from daemon.runtime.engine.cost_model import CostModel
 
-PRIOR_WEIGHT = 4.0  # pseudo-observations of the engine-wide estimate in a sequence's estimate
+PRIOR_WEIGHT = 8.0  # pseudo-observations of the engine-wide estimate in a sequence's estimate
+SEQUENCE_DECAY = 0.95  # weight kept by a sequence's old observations at each of its rounds
+GLOBAL_DECAY = 0.998  # the same for the engine-wide estimate, updated by every sequence
 INITIAL_ALPHA = 0.6  # before anything is measured: optimistic enough to try speculation
 MIN_ACCEPT_PROB = 0.02  # a sequence stops drafting at positions less likely than this
 EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
+PROBE_EVERY = 8  # rounds at K > 0 between two rounds probing K + 1
 
 
 @dataclass(slots=True)
@@ -38,12 +47,13 @@ class SpeculationController:
     costs: CostModel = field(default_factory=CostModel)
     global_estimate: AcceptanceEstimate = field(init=False)
     _rounds_without_spec: int = 0
+    _rounds_since_probe: int = 0
 
     def __post_init__(self) -> None:
-        self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=0.98)
+        self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
 
     def new_estimate(self) -> AcceptanceEstimate:
-        return AcceptanceEstimate(self.config.max_k)
+        return AcceptanceEstimate(self.config.max_k, decay=SEQUENCE_DECAY)
 
     def choose(self, estimates: list[AcceptanceEstimate], limits: list[int]) -> list[int]:
         """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate)."""
@@ -51,15 +61,24 @@ class SpeculationController:
             return [min(self.config.fixed_k, limit) for limit in limits]
         probs = [accept_probs(e.alphas(self._prior(), PRIOR_WEIGHT)) for e in estimates]
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
-        best_k = self._best_k(probs, caps)
-        if best_k == 0 and max(caps, default=0) > 0:
+        best_k = self._explore(self._best_k(probs, caps), max(caps, default=0))
+        return [min(best_k, cap) for cap in caps]
+
+    def _explore(self, best_k: int, max_cap: int) -> int:
+        """Now and then one position further than the estimates say, to keep them current."""
+        if best_k == 0 and max_cap > 0:
             self._rounds_without_spec += 1
             if self._rounds_without_spec >= EXPLORE_EVERY:
                 self._rounds_without_spec = 0
-                best_k = 1
-        else:
-            self._rounds_without_spec = 0
-        return [min(best_k, cap) for cap in caps]
+                return 1
+            return 0
+        self._rounds_without_spec = 0
+        if 0 < best_k < max_cap:
+            self._rounds_since_probe += 1
+            if self._rounds_since_probe >= PROBE_EVERY:
+                self._rounds_since_probe = 0
+                return best_k + 1
+        return best_k
 
     def observe(self, estimate: AcceptanceEstimate, num_drafted: int, num_accepted: int) -> None:
         estimate.update(num_drafted, num_accepted)
@@ -71,21 +90,20 @@ class SpeculationController:
 
     def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
         batch = len(probs)
-        if not self.costs.verify_s:  # nothing measured yet: speculate, and measure that
+        if not self.costs.has_any_verify:  # nothing measured yet: speculate, and measure that
             return max(caps, default=0)
         if not self.costs.has_verify(batch, 1):  # a new batch size: measure plain decoding
             return 0
-        plain = self.costs.verify_cost(batch, 1)
+        plain = self.costs.round_cost(batch, 0)
         assert plain is not None
         best_k, best_rate = 0, batch / max(plain, 1e-9)
-        draft_step = self.costs.draft_cost(batch)
         for k in range(1, max(caps, default=0) + 1):
             tokens = sum(
                 expected_tokens(p, min(k, cap)) for p, cap in zip(probs, caps, strict=True)
             )
-            verify = self.costs.verify_cost(batch, k + 1)
-            assert verify is not None
-            rate = tokens / max(k * draft_step + verify, 1e-9)
+            cost = self.costs.round_cost(batch, k)
+            assert cost is not None
+            rate = tokens / max(cost, 1e-9)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k

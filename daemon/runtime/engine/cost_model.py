@@ -1,8 +1,25 @@
-"""Measured cost of draft steps and verify passes, by batch size and tokens per sequence."""
+"""Measured cost of a speculation round, by batch size: draft, verify, and fixed overhead.
 
+    round(B, k) = draft(B, k) + verify(B, k + 1) + overhead(B)
+
+- draft(B, k) = a_B + b_B * k: a least-squares line over recent rounds. The intercept holds
+  what every drafting round pays once (feeding the tokens committed since the last round, the
+  first step's set-up); a flat per-step average would charge it k times too few or too many.
+- verify(B, T): the median of recent passes of T tokens per sequence (robust to the odd slow
+  pass: a first pass of a shape, a collection, a neighbour on the core), interpolated
+  linearly in T between measured lengths.
+- overhead(B): the median time per round outside the forward passes (scheduling, sampling,
+  bookkeeping). It is the same whatever k, so it favours longer rounds; leaving it out makes
+  short rounds look cheaper than they are.
+Batch sizes are grouped by powers of two.
+"""
+
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
-EMA_WEIGHT = 0.2  # weight of the newest measurement
+NUM_RECENT = 16  # samples kept per (bucket, T) and per bucket for overhead
+NUM_RECENT_DRAFT = 32  # (k, seconds) samples kept per bucket for the draft line
 
 
 def batch_bucket(batch_size: int) -> int:
@@ -13,39 +30,61 @@ def batch_bucket(batch_size: int) -> int:
     return bucket
 
 
-def _ema(old: float | None, new: float) -> float:
-    return new if old is None else (1.0 - EMA_WEIGHT) * old + EMA_WEIGHT * new
+def _median(samples: deque[float]) -> float:
+    return statistics.median(samples)
 
 
 @dataclass(slots=True)
 class CostModel:
-    """EMAs of seconds per draft forward step and per verify pass.
+    # bucket -> recent (k, seconds) of drafting rounds
+    draft_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    # bucket -> T -> recent seconds of verify passes
+    verify_samples: dict[int, dict[int, deque[float]]] = field(default_factory=dict)
+    # bucket -> recent seconds per round outside forward passes
+    overhead_samples: dict[int, deque[float]] = field(default_factory=dict)
 
-    Unmeasured verify lengths are interpolated linearly from the measured ones at the same
-    batch bucket; with a single measurement the cost is assumed flat in length (optimistic, so
-    the controller tries speculation and measures what it really costs).
-    """
-
-    draft_step_s: dict[int, float] = field(default_factory=dict)  # bucket -> s per step
-    verify_s: dict[int, dict[int, float]] = field(default_factory=dict)  # bucket -> T -> s
-
+    # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
         if num_steps > 0:
             key = batch_bucket(batch_size)
-            self.draft_step_s[key] = _ema(self.draft_step_s.get(key), seconds / num_steps)
+            samples = self.draft_samples.setdefault(key, deque(maxlen=NUM_RECENT_DRAFT))
+            samples.append((num_steps, seconds))
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
-        per_len = self.verify_s.setdefault(batch_bucket(batch_size), {})
-        per_len[tokens_per_seq] = _ema(per_len.get(tokens_per_seq), seconds)
+        per_len = self.verify_samples.setdefault(batch_bucket(batch_size), {})
+        per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT)).append(seconds)
+
+    def record_overhead(self, batch_size: int, seconds: float) -> None:
+        key = batch_bucket(batch_size)
+        self.overhead_samples.setdefault(key, deque(maxlen=NUM_RECENT)).append(seconds)
+
+    # -- queries ----------------------------------------------------------------------------
+    @property
+    def has_any_verify(self) -> bool:
+        return bool(self.verify_samples)
 
     def has_bucket(self, batch_size: int) -> bool:
-        return batch_bucket(batch_size) in self.verify_s
+        return batch_bucket(batch_size) in self.verify_samples
 
     def has_verify(self, batch_size: int, tokens_per_seq: int) -> bool:
-        return tokens_per_seq in self.verify_s.get(batch_bucket(batch_size), {})
+        return tokens_per_seq in self.verify_samples.get(batch_bucket(batch_size), {})
 
-    def draft_cost(self, batch_size: int) -> float:
-        return _nearest(self.draft_step_s, batch_bucket(batch_size), default=0.0)
+    def draft_cost(self, batch_size: int, num_steps: int) -> float:
+        """Seconds to draft `num_steps` tokens per sequence at this batch size (0 before any
+        drafting round was measured: optimistic, so that speculation gets tried)."""
+        if num_steps <= 0 or not self.draft_samples:
+            return 0.0
+        samples = self.draft_samples.get(batch_bucket(batch_size))
+        if samples is None:
+            samples = self.draft_samples[_nearest_key(self.draft_samples, batch_bucket(batch_size))]
+        intercept, slope = _fit_line(samples)
+        return max(0.0, intercept + slope * num_steps)
+
+    def overhead_cost(self, batch_size: int) -> float:
+        if not self.overhead_samples:
+            return 0.0
+        key = _nearest_key(self.overhead_samples, batch_bucket(batch_size))
+        return _median(self.overhead_samples[key])
 
     def verify_cost(self, batch_size: int, tokens_per_seq: int) -> float | None:
         """Seconds for one verify pass, or None before anything was measured.
@@ -54,27 +93,55 @@ class CostModel:
         T relative to the same measured length) from the nearest batch size measured at
         several lengths, so a new batch size needs no exploratory speculative round.
         """
-        if not self.verify_s:
+        if not self.verify_samples:
             return None
         bucket = batch_bucket(batch_size)
-        per_len = self.verify_s.get(bucket)
-        if per_len is None:
-            per_len = self.verify_s[_nearest_key(self.verify_s, bucket)]
+        per_len = self._verify_table(bucket)
         if len(per_len) == 1 and tokens_per_seq not in per_len:
             ((length, seconds),) = per_len.items()
-            shaped = {b: t for b, t in self.verify_s.items() if len(t) > 1 and length in t}
+            shaped = {
+                b: t
+                for b in self.verify_samples
+                if len(t := self._verify_table(b)) > 1 and length in t
+            }
             if shaped:
                 ref = shaped[_nearest_key(shaped, bucket)]
                 return seconds * _interpolate(ref, tokens_per_seq) / ref[length]
         return _interpolate(per_len, tokens_per_seq)
 
+    def round_cost(self, batch_size: int, k: int) -> float | None:
+        """Seconds for a round drafting k tokens per sequence, or None before any verify."""
+        verify = self.verify_cost(batch_size, k + 1)
+        if verify is None:
+            return None
+        return self.draft_cost(batch_size, k) + verify + self.overhead_cost(batch_size)
+
+    def _verify_table(self, bucket: int) -> dict[int, float]:
+        if bucket not in self.verify_samples:
+            bucket = _nearest_key(self.verify_samples, bucket)
+        return {t: _median(s) for t, s in self.verify_samples[bucket].items()}
+
+
+def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of seconds against steps; through the origin when
+    only one step count was seen (nothing to separate the intercept from)."""
+    steps = [float(k) for k, _ in samples]
+    seconds = [s for _, s in samples]
+    mean_k, mean_s = statistics.fmean(steps), statistics.fmean(seconds)
+    var_k = sum((k - mean_k) ** 2 for k in steps)
+    if var_k == 0.0:
+        return 0.0, mean_s / mean_k
+    slope = sum((k - mean_k) * (s - mean_s) for k, s in zip(steps, seconds, strict=True)) / var_k
+    if slope <= 0.0:  # noise: fall back to the mean cost per step
+        return 0.0, mean_s / mean_k
+    intercept = mean_s - slope * mean_k
+    if intercept < 0.0:
+        return 0.0, sum(seconds) / sum(steps)
+    return intercept, slope
+
 
 def _nearest_key(table: dict[int, object], key: int) -> int:
     return min(table, key=lambda k: abs(k - key))
-
-
-def _nearest(table: dict[int, float], key: int, default: float) -> float:
-    return table[_nearest_key(table, key)] if table else default
 
 
 def _interpolate(per_len: dict[int, float], length: int) -> float:
