@@ -76,7 +76,7 @@ def _verifier_references(config: ClusterConfig) -> list[Problem]:
         problems.append(
             (
                 (*VERIFIER, "pipeline_split"),
-                f"{len(split)} layer counts for {len(verifier.nodes)} verifier nodes "
+                f"{len(split)} layer count(s) for {len(verifier.nodes)} verifier node(s) "
                 f'({", ".join(verifier.nodes)}); give one count per node, or "auto"',
             )
         )

@@ -190,8 +190,8 @@ class DeploymentSpec(_Section):
     """What runs where: `[deployment]`."""
 
     name: Name = Field("default", description="the deployment's name (status, history)")
-    verifier: VerifierSpec
-    drafter: DrafterSpec
+    verifier: VerifierSpec = Field(description="the large model: [deployment.verifier]")
+    drafter: DrafterSpec = Field(description="the proposer: [deployment.drafter]")
     speculation: SpeculationSpec = Field(default_factory=SpeculationSpec)  # type: ignore[arg-type]
     replicas: int = Field(1, ge=1, le=64, description="independent copies behind the endpoint")
 
@@ -220,5 +220,5 @@ class ClusterSchema(_Section):
 
     nodes: list[NodeSpec] = Field(min_length=1, description="the machines: [[nodes]] tables")
     models: list[ModelSpec] = Field(min_length=1, description="the models: [[models]] tables")
-    deployment: DeploymentSpec
+    deployment: DeploymentSpec = Field(description="what runs where: [deployment]")
     server: ServerSpec = Field(default_factory=ServerSpec)  # type: ignore[arg-type]

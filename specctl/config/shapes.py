@@ -22,6 +22,8 @@ def read_shapes(config: ClusterConfig) -> tuple[dict[str, ModelShape], list[Prob
 
 def check_shapes(config: ClusterConfig, shapes: dict[str, ModelShape]) -> list[Problem]:
     problems = _context_lengths(config, shapes)
+    if problems:  # the checks below compare context lengths: one mistake, one error
+        return problems
     verifier = config.deployment.verifier
     target = shapes[verifier.model]
     problems += _tensor_parallel(

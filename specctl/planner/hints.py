@@ -5,7 +5,7 @@ from dataclasses import replace
 from specctl.config.cluster import ClusterConfig
 from specctl.planner.devices import Device, DevicePool
 from specctl.planner.memory import ShardLayout, memory_per_rank
-from specctl.planner.wording import shard_words, size
+from specctl.planner.wording import size
 
 SMALLER_DTYPE = {"float32": "bfloat16", "bfloat16": "fp8", "float16": "fp8"}
 MIN_CONTEXT = 256
@@ -14,6 +14,7 @@ MIN_CONTEXT = 256
 def fit_hints(
     config: ClusterConfig,
     pool: DevicePool,
+    labels: dict[str, str],
     label: str,
     node: str,
     ranks: list[Device],
@@ -31,7 +32,8 @@ def fit_hints(
     others = sorted({shard for device in ranks for shard in device.shards})
     if others:
         where = "GPU" if ranks[0].is_gpu else "machine"
-        hints.append(f"moving {', '.join(map(shard_words, others))} off this {where}")
+        named = ", ".join(labels.get(shard, shard) for shard in others)
+        hints.append(f"moving {named} off this {where}")
     if is_drafter:
         hints += _other_nodes(config, pool, node, memory_per_rank(layout).total_bytes)
         hints.append('drafter model = "ngram" (prompt lookup: no model memory)')

@@ -2,7 +2,7 @@
 
 Per rank of a shard holding `num_layers` decoder layers with tensor parallelism t:
 
-    weights  = (num_layers x layer_params + embedding? + lm_head?) / t x dtype bytes
+    weights  = (num_layers x layer_params + embedding? + lm_head? + final norm?) / t x dtype bytes
     KV cache = num_layers x 2 (K and V) x kv_heads/t x head_dim x kv bytes
                x max_batch_size x max_model_len        (the runtime preallocates every slot)
     activations = step_tokens x (2 x hidden + 2 x intermediate / t) x activation bytes
@@ -66,6 +66,7 @@ def memory_per_rank(layout: ShardLayout) -> MemoryNeed:
     params = layout.num_layers * shape.layer_params
     params += shape.embedding_params if layout.has_embedding else 0
     params += shape.embedding_params if layout.has_lm_head else 0
+    params += shape.hidden_size if layout.samples else 0  # the final norm
     num_tokens = layout.max_batch_size * layout.max_model_len
     kv_per_layer = shape.kv_bytes_per_token_per_layer(kv_dtype_bytes(layout.dtype), tp)
     return MemoryNeed(

@@ -59,6 +59,7 @@ class _Planner:
         self.context = config.max_model_len(self.verifier.model)
         self.tokens_per_step = config.deployment.speculation.ceiling_k + 1
         self.shards: list[ShardPlan] = []
+        self.labels: dict[str, str] = {}  # shard id -> how the plan's sentences name it
         self.explanation: list[str] = []
         self.problems: list[str] = []
         self.warnings: list[str] = []
@@ -198,6 +199,7 @@ class _Planner:
         verdict = self._verdict(label, node, ranks, tp, need.total_bytes, free, where, layout)
         for key, num_ranks in per_device.items():
             devices[key].charge(shard_id, need.total_bytes * num_ranks)
+        self.labels[shard_id] = _the(label)
         outcome = {
             "fits": f"fits ({size((free or 0) - need.total_bytes)} to spare)",
             "does_not_fit": f"does not fit (short by {size(need.total_bytes - (free or 0))})",
@@ -272,7 +274,9 @@ class _Planner:
             return "unknown"
         if need_bytes <= free:
             return "fits"
-        hints = fit_hints(self.config, self.pool, label, node, ranks, layout, need_bytes - free)
+        hints = fit_hints(
+            self.config, self.pool, self.labels, label, node, ranks, layout, need_bytes - free
+        )
         self.problems.append(
             f"{label} does not fit on {where}: needs {size(need_bytes)}, {size(free)} free — "
             f"short by {size(need_bytes - free)}. Would help: {'; '.join(hints)}"
@@ -395,6 +399,11 @@ class _Planner:
             problems=self.problems,
             warnings=self.warnings,
         )
+
+
+def _the(label: str) -> str:
+    """ "drafter llama-8b" -> "the drafter llama-8b" (for "moving the drafter ... off")."""
+    return label if label.startswith("replica") else f"the {label}"
 
 
 def _where(node: str, ranks: list[Device], tp: int) -> str:

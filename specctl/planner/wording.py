@@ -26,13 +26,6 @@ def params(count: int) -> str:
     return f"{count / 10**6:.1f}M" if count >= 10**6 else f"{count / 10**3:.0f}K"
 
 
-def shard_words(shard_id: str) -> str:
-    """ "r0/verifier/stage1" -> "verifier stage 1"; "r1/drafter" -> "the drafter of replica 1"."""
-    replica, role, *stage = shard_id.split("/")
-    words = f"verifier stage {stage[0].removeprefix('stage')}" if stage else f"the {role}"
-    return words if replica == "r0" else f"{words} of replica {replica.removeprefix('r')}"
-
-
 def node_line(facts: NodeFacts, devices: list[Device] | None, utilization: float) -> str:
     where = {
         "local": "this machine (local Ray node)",
