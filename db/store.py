@@ -133,6 +133,13 @@ class Store:
             lambda session: reads.samples_since(session, deployment_id, since_unix_s, limit)
         )
 
+    def recent_samples(
+        self, deployment_id: int, minutes: float = 5.0, now_unix_s: float | None = None
+    ) -> list[MetricSample]:
+        """The last `minutes` of samples, oldest first: a sparkline's worth."""
+        now = time.time() if now_unix_s is None else now_unix_s
+        return self.samples_since(deployment_id, now - minutes * 60.0)
+
     def recent_requests(
         self, deployment_id: int | None = None, limit: int = 50
     ) -> list[RequestRecord]:

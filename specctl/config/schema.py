@@ -111,7 +111,9 @@ class ModelSpec(_Section):
     path: str = Field(
         min_length=1, description="the model directory; relative paths start at this file's"
     )
-    dtype: Dtype = Field("auto", description='"auto" is the checkpoint\'s own dtype')
+    dtype: Dtype = Field(
+        "auto", description='weights dtype; "auto" is the checkpoint\'s own (fp8: planning only)'
+    )
     max_model_len: int | None = Field(
         None, ge=16, le=10_485_760, description="context length (default: the model's maximum)"
     )
@@ -192,7 +194,10 @@ class DeploymentSpec(_Section):
     name: Name = Field("default", description="the deployment's name (status, history)")
     verifier: VerifierSpec = Field(description="the large model: [deployment.verifier]")
     drafter: DrafterSpec = Field(description="the proposer: [deployment.drafter]")
-    speculation: SpeculationSpec = Field(default_factory=SpeculationSpec)  # type: ignore[arg-type]
+    speculation: SpeculationSpec = Field(
+        default_factory=SpeculationSpec,  # type: ignore[arg-type]
+        description="how many tokens to draft: [deployment.speculation]",
+    )
     replicas: int = Field(1, ge=1, le=64, description="independent copies behind the endpoint")
 
 
@@ -200,7 +205,7 @@ class ServerSpec(_Section):
     """The OpenAI-compatible endpoint: `[server]`."""
 
     host: str = Field("127.0.0.1", min_length=1, description="bind address; 127.0.0.1 is private")
-    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="the endpoint's TCP port")
     api_key_file: str | None = Field(None, description="a file (mode 0600) holding the API key")
     max_batch_size: int = Field(16, ge=1, le=4096, description="sequences decoded together")
 
@@ -221,4 +226,7 @@ class ClusterSchema(_Section):
     nodes: list[NodeSpec] = Field(min_length=1, description="the machines: [[nodes]] tables")
     models: list[ModelSpec] = Field(min_length=1, description="the models: [[models]] tables")
     deployment: DeploymentSpec = Field(description="what runs where: [deployment]")
-    server: ServerSpec = Field(default_factory=ServerSpec)  # type: ignore[arg-type]
+    server: ServerSpec = Field(
+        default_factory=ServerSpec,  # type: ignore[arg-type]
+        description="the OpenAI-compatible endpoint: [server]",
+    )

@@ -22,6 +22,7 @@ class Device:
     total_bytes: int | None
     budget_bytes: int | None
     free_now_bytes: int | None
+    uuid: str | None = None  # a GPU's own id, when known: the same GPU seen from two nodes
     nodes: list[str] = field(default_factory=list)
     planned_bytes: int = 0
     shards: list[str] = field(default_factory=list)
@@ -103,6 +104,7 @@ class DevicePool:
         return Device(
             machine=facts.machine,
             device=f"gpu{gpu.index}",
+            uuid=gpu.uuid,
             name=gpu.name,
             is_gpu=True,
             is_unified=gpu.unified_memory,
@@ -113,7 +115,7 @@ class DevicePool:
 
     def _shared(self, facts: NodeFacts, device: Device) -> Device:
         """The machine's existing pool when another node already named it."""
-        key = (device.machine, device.device)
+        key = (device.uuid, "") if device.uuid else (device.machine, device.device)
         existing = self._by_key.setdefault(key, device)
         if facts.name not in existing.nodes:
             existing.nodes.append(facts.name)

@@ -16,6 +16,7 @@ FactsSource = Literal["local", "specd", "declared", "unknown"]
 class GpuFacts(BaseModel):
     index: int
     name: str = "GPU"
+    uuid: str | None = None
     memory_total_bytes: int | None = None  # None: the GPU cannot report it
     memory_free_bytes: int | None = None  # now, when read live
     unified_memory: bool = False  # memory is the system's (GB10): shared with the CPU
@@ -70,6 +71,7 @@ def facts_from_inventory(
         GpuFacts(
             index=int(gpu.get("index", position)),
             name=gpu.get("name") or "GPU",
+            uuid=gpu.get("uuid"),
             memory_total_bytes=gpu.get("memory_total_bytes"),
             memory_free_bytes=gpu.get("memory_free_bytes"),
             unified_memory=bool(gpu.get("unified_memory", False)),
@@ -80,7 +82,8 @@ def facts_from_inventory(
         name=node.name,
         address=node.specd,
         source=source,
-        machine=f"host:{host.get('hostname') or node.name}",
+        # same host name and memory size: the same machine (two local nodes, two daemons)
+        machine=f"host:{host.get('hostname') or node.name}:{host.get('memory_total_bytes')}",
         num_cpus=host.get("num_cpus"),
         memory_total_bytes=host.get("memory_total_bytes"),
         memory_available_bytes=host.get("memory_available_bytes"),

@@ -98,3 +98,22 @@ def test_syntax_error_on_load_is_the_one_line_error(tmp_path: Path) -> None:
     path.write_text("[[nodes]]\nname = \n")
     with pytest.raises(ConfigError, match=r"broken\.toml:2: invalid TOML: Invalid value"):
         ConfigDocument.load(path)
+
+
+def test_every_field_is_documented_in_the_examples_readme() -> None:
+    from specctl.config import schema
+
+    readme = (EXAMPLES / "README.md").read_text()
+    for model in (
+        schema.NodeSpec,
+        schema.GpuDeclaration,
+        schema.ModelSpec,
+        schema.DeploymentSpec,
+        schema.VerifierSpec,
+        schema.DrafterSpec,
+        schema.SpeculationSpec,
+        schema.ServerSpec,
+    ):
+        for name, info in model.model_fields.items():
+            assert f"| `{name}` |" in readme, f"{model.__name__}.{name} is not documented"
+            assert info.description, f"{model.__name__}.{name} has no description"

@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon.specd.inventory import GpuInfo, HostInfo, Inventory
 from specctl.config import ClusterConfig, load_config
 from specctl.planner import Plan, gather_node_facts, make_plan
+from specctl.planner.facts import facts_from_inventory
 
 from .cluster_files import SPARK_5090, replace_line, write_cluster, write_model
 
@@ -228,3 +230,61 @@ def test_the_local_example_fits_on_this_machine() -> None:
     assert cpu.nodes == ["verifier-node", "drafter-node"] and cpu.device == "cpu"
     assert Path(plan.shards[0].model_path).name == "draft"
     assert any("one machine, so they share its memory" in line for line in plan.explanation)
+
+
+def _inventory(hostname: str, gpus: list[GpuInfo], memory_total_bytes: int) -> dict:
+    host = HostInfo(hostname, 8, memory_total_bytes, memory_total_bytes // 2)
+    return Inventory(node_name="x", host=host, gpus=gpus).to_json()
+
+
+def test_facts_from_specd_inventories_unified_and_unknown_memory(tmp_path: Path) -> None:
+    path, _ = write_cluster(tmp_path, SPARK_5090)
+    config = load_config(path)
+    facts = gather_node_facts(config, mode="offline")
+    # GB10 as specd reports it: memory queries unsupported, so system memory, marked unified
+    gb10 = GpuInfo(
+        index=0,
+        name="NVIDIA GB10",
+        memory_total_bytes=128 * GIB,
+        memory_free_bytes=100 * GIB,
+        unified_memory=True,
+    )
+    facts["spark"] = facts_from_inventory(
+        config.node("spark"), _inventory("spark", [gb10], 128 * GIB), "specd"
+    )
+    # a GPU whose memory NVML could not read at all
+    facts["rtx5090"] = facts_from_inventory(
+        config.node("rtx5090"),
+        _inventory("desk", [GpuInfo(index=0, name="RTX 5090")], 64 * GIB),
+        "specd",
+    )
+    plan = make_plan(config, facts)
+    assert plan.verdict == "unknown"
+    assert plan.problems == [
+        "drafter llama-8b: cannot check the fit on rtx5090 GPU 0: the GPU does not report its "
+        "memory; declare gpus = [{ memory_gib = ... }] for the node in the cluster file"
+    ]
+    verifier = plan.shards[1]
+    assert verifier.verdict == "fits" and verifier.free_bytes == int(128 * GIB * 0.9)
+    assert any(
+        "1 x NVIDIA GB10 with 128.0 GiB unified memory, 100.0 GiB free now" in line
+        for line in plan.explanation
+    )
+
+
+def test_less_free_now_than_planned_is_a_warning(tmp_path: Path) -> None:
+    path, _ = write_cluster(tmp_path, SPARK_5090)
+    config = load_config(path)
+    facts = gather_node_facts(config, mode="offline")
+    busy = GpuInfo(
+        index=0, name="RTX 5090", memory_total_bytes=32 * GIB, memory_free_bytes=10 * GIB
+    )
+    facts["rtx5090"] = facts_from_inventory(
+        config.node("rtx5090"), _inventory("desk", [busy], 64 * GIB), "specd"
+    )
+    plan = make_plan(config, facts)
+    assert plan.verdict == "fits"
+    assert plan.warnings == [
+        "rtx5090 GPU 0: the plan needs 24.6 GiB there, 10.0 GiB is free now (other processes "
+        "hold the rest); loading may fail until they exit"
+    ]

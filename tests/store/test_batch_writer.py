@@ -5,7 +5,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from db import BatchWriter, GpuRow, NodeRow, Store
+from db import BatchWriter, GpuRow, NodeRow, Store, WriteBatch
 
 from .helpers import deployment_row, request, sample
 
@@ -57,3 +57,34 @@ def test_busy_store_keeps_rows_for_the_next_flush_within_a_bound(tmp_path: Path)
         assert writer.flush() == 5
         kept = store.samples_since(deployment_id, 0.0)
         assert [s.time_unix_s for s in kept] == [2.0, 3.0, 4.0, 5.0, 6.0]  # the newest survive
+
+
+def test_one_reader_store_serves_several_threads_while_a_writer_writes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    writer_store = Store.open(path, role="writer")
+    deployment_id = writer_store.add_deployment(deployment_row())
+    reader = Store.open(path, role="reader")  # shared by the TUI's workers
+    errors: list[BaseException] = []
+    now = 1_000_000.0
+
+    def read() -> None:
+        try:
+            for _ in range(50):
+                reader.recent_samples(deployment_id, minutes=1.0, now_unix_s=now + 60)
+                reader.nodes()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=read) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for i in range(50):
+        writer_store.write(WriteBatch(metric_samples=[sample(deployment_id, now + i)]))
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert len(reader.recent_samples(deployment_id, minutes=1.0, now_unix_s=now + 60)) == 50
+    last_15_s = reader.recent_samples(deployment_id, minutes=0.25, now_unix_s=now + 60)
+    assert [s.time_unix_s - now for s in last_15_s] == [45.0, 46.0, 47.0, 48.0, 49.0]
+    writer_store.close()
+    reader.close()
