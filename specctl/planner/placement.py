@@ -19,21 +19,20 @@ from specctl.planner.memory import (
     layer_bytes_per_rank,
     memory_per_rank,
 )
+from specctl.planner.narrative import free_now_warnings, model_lines, relation_line
 from specctl.planner.plan import (
-    MemoryPerRank,
     Plan,
-    Role,
     ShardPlan,
     SpeculationPlan,
     Verdict,
 )
+from specctl.planner.records import Placement, shard_plan
 from specctl.planner.split import split_layers
 from specctl.planner.wording import (
     endpoint_line,
     endpoint_url,
     memory_sum,
     node_line,
-    params,
     size,
     speculation_line,
 )
@@ -70,15 +69,15 @@ class _Planner:
             self.explanation.append(
                 node_line(self.facts[node.name], devices, node.memory_utilization)
             )
-        self._explain_models()
+        self.explanation += model_lines(self.config, self.context)
         for replica in range(self.config.deployment.replicas):
             if not self.drafter.is_ngram:
                 self._place_drafter(replica)
             self._place_verifier(replica)
-        self.explanation.append(self._relation_line())
+        self.explanation.append(relation_line(self.config, self.pool))
         self.explanation.append(speculation_line(self.config))
         self.explanation.append(endpoint_line(self.config))
-        self._warn_free_now()
+        self.warnings += free_now_warnings(self.pool)
         return self._result()
 
     # ---- placing ----
@@ -94,7 +93,17 @@ class _Planner:
             tp=self.drafter.tensor_parallel_size,
         )
         label = f"{self._prefix(replica)}drafter {self.drafter.model}"
-        self._place(f"r{replica}/drafter", "drafter", replica, label, self.drafter.node, layout)
+        self._place(
+            Placement(
+                f"r{replica}/drafter",
+                "drafter",
+                replica,
+                label,
+                self.drafter.model,
+                self.drafter.node,
+                layout,
+            )
+        )
 
     def _place_verifier(self, replica: int) -> None:
         model = self.verifier.model
@@ -122,7 +131,11 @@ class _Planner:
                 label += f" stage {stage} ({layers})"
             shard_id = f"r{replica}/verifier/stage{stage}"
             stage_layout = replace(layout, num_layers=count)
-            self._place(shard_id, "verifier", replica, label, node, stage_layout, stage, start)
+            self._place(
+                Placement(
+                    shard_id, "verifier", replica, label, model, node, stage_layout, stage, start
+                )
+            )
             start += count
 
     def _layer_counts(self, replica: int, layouts: list[ShardLayout], num_layers: int) -> list[int]:
@@ -176,82 +189,42 @@ class _Planner:
             rooms.append(free - fixed_bytes_per_rank(on_gpu))
         return rooms
 
-    def _place(
-        self,
-        shard_id: str,
-        role: Role,
-        replica: int,
-        label: str,
-        node: str,
-        layout: ShardLayout,
-        stage: int = 0,
-        layer_start: int = 0,
-    ) -> None:
-        tp = layout.tensor_parallel_size
-        model = self.drafter.model if role == "drafter" else self.verifier.model
-        ranks = self.pool.choose(node, tp)
+    def _place(self, placement: Placement) -> None:
+        layout = placement.layout
+        ranks = self.pool.choose(placement.node, layout.tensor_parallel_size)
         layout = replace(layout, on_gpu=bool(ranks) and ranks[0].is_gpu)
         need = memory_per_rank(layout)
-        per_device = Counter(id(device) for device in ranks)
-        devices = {id(device): device for device in ranks}
-        free = self._free_per_rank(ranks, per_device)
-        where = _where(node, ranks, tp)
-        verdict = self._verdict(label, node, ranks, tp, need.total_bytes, free, where, layout)
-        for key, num_ranks in per_device.items():
-            devices[key].charge(shard_id, need.total_bytes * num_ranks)
-        self.labels[shard_id] = _the(label)
+        ranks_per_device = Counter(id(device) for device in ranks)
+        free = self._free_per_rank(ranks, ranks_per_device)
+        where = _where(placement.node, ranks, layout.tensor_parallel_size)
+        verdict = self._verdict(placement, ranks, layout, need.total_bytes, free, where)
+        for device in {id(device): device for device in ranks}.values():
+            device.charge(placement.shard_id, need.total_bytes * ranks_per_device[id(device)])
+        self.labels[placement.shard_id] = _the(placement.label)
         outcome = {
             "fits": f"fits ({size((free or 0) - need.total_bytes)} to spare)",
             "does_not_fit": f"does not fit (short by {size(need.total_bytes - (free or 0))})",
             "unknown": "fit unknown",
         }[verdict]
         self.explanation.append(
-            f"{label} on {where}: {memory_sum(need, self.batch, self.context)} of "
+            f"{placement.label} on {where}: {memory_sum(need, self.batch, self.context)} of "
             f"{size(free)} free — {outcome}"
         )
+        num_stages = len(self.verifier.nodes) if placement.role == "verifier" else 1
         self.shards.append(
-            ShardPlan(
-                id=shard_id,
-                replica=replica,
-                role=role,
-                model=model,
-                model_path=str(self.config.model_dir(model)),
-                dtype=layout.dtype,
-                node=node,
-                device="cuda" if layout.on_gpu else "cpu",
-                gpu_indices=[int(d.device.removeprefix("gpu")) for d in ranks if d.is_gpu],
-                tensor_parallel_size=tp,
-                stage=stage,
-                num_stages=len(self.verifier.nodes) if role == "verifier" else 1,
-                layer_start=layer_start,
-                layer_end=layer_start + layout.num_layers,
-                has_embedding=layout.has_embedding,
-                has_lm_head=layout.has_lm_head or layout.samples,
-                max_batch_size=self.batch,
-                max_model_len=self.context,
-                memory_per_rank=MemoryPerRank(
-                    weights_bytes=need.weights_bytes,
-                    kv_cache_bytes=need.kv_cache_bytes,
-                    activation_bytes=need.activation_bytes,
-                    runtime_bytes=need.runtime_bytes,
-                    total_bytes=need.total_bytes,
-                ),
-                free_bytes=free,
-                verdict=verdict,
-            )
+            shard_plan(placement, self.config, layout, ranks, need, free, verdict, num_stages)
         )
 
     def _verdict(
         self,
-        label: str,
-        node: str,
+        placement: Placement,
         ranks: list[Device],
-        tp: int,
+        layout: ShardLayout,
         need_bytes: int,
         free: int | None,
         where: str,
-        layout: ShardLayout,
     ) -> Verdict:
+        label, node, tp = placement.label, placement.node, layout.tensor_parallel_size
         if not ranks:
             note = self.facts[node].note or "nothing known"
             self.problems.append(
@@ -317,58 +290,6 @@ class _Planner:
 
     def _prefix(self, replica: int) -> str:
         return f"replica {replica}: " if self.config.deployment.replicas > 1 else ""
-
-    def _explain_models(self) -> None:
-        roles = [("verifier", self.verifier.model)]
-        if not self.drafter.is_ngram:
-            roles.append(("drafter", self.drafter.model))
-        for role, name in roles:
-            shape = self.config.shape(name)
-            dtype = shape.resolve_dtype(self.config.model(name).dtype)
-            self.explanation.append(
-                f"{role} {name}: {params(shape.num_params)} parameters ({shape.architecture}, "
-                f"{shape.num_layers} layers, {shape.num_attention_heads} heads, "
-                f"{shape.num_kv_heads} KV heads) in {dtype}; context {self.context} tokens"
-            )
-
-    def _relation_line(self) -> str:
-        verifier_nodes = self.verifier.nodes
-        last = verifier_nodes[-1]
-        if self.drafter.is_ngram:
-            return (
-                f"drafter: n-gram prompt lookup inside the verifier's last stage on {last}: "
-                "no model, no memory"
-            )
-        node = self.drafter.node or ""
-        if node in verifier_nodes:
-            return (
-                f"drafter and verifier share {node}: allowed, but they compete for its memory "
-                "(counted together above) and its compute, so overlapped drafting hides less"
-            )
-        drafter_devices = self.pool.of_node(node) or []
-        machines = {d.machine for d in drafter_devices}
-        shared = [
-            n for n in verifier_nodes if machines & {d.machine for d in self.pool.of_node(n) or []}
-        ]
-        if shared:
-            return (
-                f"drafter on {node}, verifier on {', '.join(verifier_nodes)}: separate Ray nodes, "
-                f"but {node} and {', '.join(shared)} are one machine, so they share its memory "
-                "(counted together above)"
-            )
-        return (
-            f"drafter on {node}, verifier on {', '.join(verifier_nodes)}: different machines; "
-            "each round carries only token ids and sparse draft probabilities between them"
-        )
-
-    def _warn_free_now(self) -> None:
-        for device in self.pool.devices():
-            if device.free_now_bytes is not None and device.planned_bytes > device.free_now_bytes:
-                self.warnings.append(
-                    f"{device.label(device.nodes[0])}: the plan needs {size(device.planned_bytes)} "
-                    f"there, {size(device.free_now_bytes)} is free now (other processes hold the "
-                    "rest); loading may fail until they exit"
-                )
 
     def _result(self) -> Plan:
         verdicts = {shard.verdict for shard in self.shards}
