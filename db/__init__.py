@@ -8,13 +8,23 @@ Importing this package never imports torch or textual.
 from db.batch_writer import BatchWriter
 from db.errors import StoreBusyError, StoreError
 from db.migrations import CURRENT_VERSION
+from db.paths import default_store_path, specctl_home
 from db.retention import RetentionPolicy, TrimReport
 from db.store import Store
-from db.tables import DeploymentRow, GpuRow, GpuSample, MetricSample, NodeRow, RequestRecord
+from db.tables import (
+    DEPLOYMENT_STATUSES,
+    DeploymentRow,
+    GpuRow,
+    GpuSample,
+    MetricSample,
+    NodeRow,
+    RequestRecord,
+)
 from db.writes import WriteBatch
 
 __all__ = [
     "CURRENT_VERSION",
+    "DEPLOYMENT_STATUSES",
     "BatchWriter",
     "DeploymentRow",
     "GpuRow",
@@ -28,4 +38,6 @@ __all__ = [
     "StoreError",
     "TrimReport",
     "WriteBatch",
+    "default_store_path",
+    "specctl_home",
 ]

@@ -24,7 +24,15 @@ from db import reads, writes
 from db.connection import ConnectionSettings, Role, prepare_store, settings_for
 from db.errors import StoreBusyError, StoreError
 from db.retention import RetentionPolicy, TrimReport, trim
-from db.tables import DeploymentRow, GpuRow, GpuSample, MetricSample, NodeRow, RequestRecord
+from db.tables import (
+    DEPLOYMENT_STATUSES,
+    DeploymentRow,
+    GpuRow,
+    GpuSample,
+    MetricSample,
+    NodeRow,
+    RequestRecord,
+)
 from db.writes import WriteBatch
 
 T = TypeVar("T")
@@ -85,6 +93,7 @@ class Store:
 
     def add_deployment(self, row: DeploymentRow) -> int:
         """Record an applied deployment; returns its id (for samples and requests)."""
+        _check_status(row.status)
         return self._write(lambda connection: writes.add_deployment(connection, row))
 
     def set_deployment_status(
@@ -94,6 +103,7 @@ class Store:
         message: str | None = None,
         endpoint: str | None = None,
     ) -> None:
+        _check_status(status)
         found = self._write(
             lambda connection: writes.set_deployment_status(
                 connection, deployment_id, status, message, endpoint
@@ -183,6 +193,11 @@ class Store:
             raise _store_error(self._settings, error) from None
         except sqlite3.Error as error:
             raise StoreError(f"{self.path}: {error}") from None
+
+
+def _check_status(status: str) -> None:
+    if status not in DEPLOYMENT_STATUSES:
+        raise ValueError(f"deployment status must be one of {DEPLOYMENT_STATUSES}, got {status!r}")
 
 
 def _store_error(settings: ConnectionSettings, error: DBAPIError) -> StoreError:

@@ -45,6 +45,9 @@ class GpuRow(SQLModel, table=True):
     last_seen_unix_s: float
 
 
+DEPLOYMENT_STATUSES = ("applying", "running", "failed", "stopped")
+
+
 class DeploymentRow(SQLModel, table=True):
     """One `specctl apply`: the cluster.toml text it applied and the plan it followed."""
 
@@ -56,7 +59,7 @@ class DeploymentRow(SQLModel, table=True):
     config_text: str
     plan_json: str
     applied_unix_s: float
-    status: str  # "applying", "running", "failed", "stopped"
+    status: str  # one of DEPLOYMENT_STATUSES
     status_message: str | None = None
     endpoint: str | None = None  # "http://127.0.0.1:8000/v1" once serving
 

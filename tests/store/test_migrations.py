@@ -101,3 +101,29 @@ def test_second_writer_finds_the_migration_done(tmp_path: Path) -> None:
     with Store.open(path, role="reader") as reader:
         latest = reader.latest_sample(deployment_id)
         assert latest is not None and latest.per_position_acceptance == [0.9, 0.7, 0.5, 0.3]
+
+
+def test_deployment_status_round_trip_and_bad_status(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s.db", role="writer") as store:
+        deployment_id = store.add_deployment(deployment_row())
+        store.set_deployment_status(
+            deployment_id, "failed", "shard r0/drafter: out of memory", "http://127.0.0.1:8000/v1"
+        )
+        row = store.deployment(deployment_id)
+        assert row is not None
+        assert (row.status, row.status_message, row.endpoint) == (
+            "failed",
+            "shard r0/drafter: out of memory",
+            "http://127.0.0.1:8000/v1",
+        )
+        with pytest.raises(ValueError, match="deployment status must be one of"):
+            store.set_deployment_status(deployment_id, "exploded")
+        with pytest.raises(StoreError, match="no deployment with id 99"):
+            store.set_deployment_status(99, "stopped")
+
+
+def test_default_store_path_follows_specctl_home(tmp_path: Path) -> None:
+    from db import default_store_path
+
+    assert default_store_path({"SPECCTL_HOME": str(tmp_path)}) == tmp_path / "specctl.db"
+    assert default_store_path({}) == Path("~/.specctl/specctl.db").expanduser()
