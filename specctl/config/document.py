@@ -46,9 +46,10 @@ class ConfigDocument:
     def from_text(cls, text: str, path: Path | None = None) -> "ConfigDocument":
         try:
             document = tomlkit.parse(text)
-        except TOMLKitError:
+        except TOMLKitError as error:
             load_config_text(text, path)  # raises the same one-line TOML error as a load
-            raise
+            shown = str(path) if path else "cluster.toml"  # tomlkit stricter than tomllib
+            raise ConfigError([ConfigIssue(shown, None, (), f"invalid TOML: {error}")]) from None
         return cls(document, path)
 
     def text(self) -> str:
