@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from daemon.cluster_token import CLIENT_TOKEN_FILE
+
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
@@ -26,7 +28,7 @@ def fail(message: str, code: int = 2) -> None:
 )
 def init_command(
     token_file: str = typer.Option(
-        "~/.config/specctl/cluster.token", "--token-file", help="Where to write the token."
+        CLIENT_TOKEN_FILE, "--token-file", help="Where to write the token."
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing token."),
 ) -> None:
@@ -140,6 +142,33 @@ def bench_command(
         fail(f"--concurrency must list positive integers ({exc})")
     except SpecError as exc:
         fail(str(exc))
+
+
+@app.command(
+    "plan",
+    help="Validate a cluster file and print the placement and memory fit, in words; changes "
+    "nothing. Exit 0: fits; 1: does not fit; 2: invalid file; 3: fit unknown.",
+)
+def plan_command(
+    config_file: Path = typer.Argument(..., help="The cluster file (cluster.toml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    probe: bool = typer.Option(
+        False, "--probe", help="Ask every specd node for its inventory (declared: fallback)."
+    ),
+    offline: bool = typer.Option(
+        False, "--offline", help="Ask no node; plan from the hardware declared in the file."
+    ),
+    timeout_s: float = typer.Option(3.0, "--timeout", help="Seconds to wait for each specd."),
+) -> None:
+    from specctl.commands.plan import run_plan
+
+    if probe and offline:
+        fail("--probe and --offline contradict each other; give one")
+    if timeout_s <= 0:
+        fail(f"--timeout must be > 0 seconds, got {timeout_s}")
+    run_plan(
+        config_file, as_json, "probe" if probe else "offline" if offline else "auto", timeout_s
+    )
 
 
 def main() -> None:

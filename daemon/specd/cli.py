@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 import uvicorn
 
+from daemon.cluster_token import TokenError, read_token
 from daemon.specd.collect import collect_inventory
 from daemon.specd.config import ConfigError, load_config
-from specctl.cluster_token import TokenError, read_token
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="specd: the specctl node daemon."

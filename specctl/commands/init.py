@@ -4,7 +4,7 @@ from pathlib import Path
 
 import typer
 
-from specctl.cluster_token import TokenError, generate_token, write_token
+from daemon.cluster_token import TokenError, generate_token, write_token
 
 NODE_TOKEN_PATH = "/etc/specd/cluster.token"
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from specctl.cluster_token import generate_token, write_token
+from daemon.cluster_token import generate_token, write_token
 
 from .specd_process import SpecdProcess
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.cluster_token import generate_token, write_token
 from daemon.specd.config import ConfigError, load_config
-from specctl.cluster_token import generate_token, write_token
 
 NO_FLAGS = {"host": None, "port": None, "token_file": None}
 

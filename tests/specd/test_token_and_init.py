@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from daemon.cluster_token import TokenError, read_token
 from specctl.cli import app
-from specctl.cluster_token import TokenError, read_token
 
 
 def _init(*args: str) -> tuple[int, str]:

@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 TOKEN_NUM_BYTES = 32  # 64 hex characters
+CLIENT_TOKEN_FILE = "~/.config/specctl/cluster.token"  # where `specctl init` writes it
 TOKEN_FILE_MODE = 0o600
 _TOKEN_PATTERN = re.compile(r"[0-9a-f]{64}")
 

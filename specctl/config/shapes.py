@@ -1,0 +1,128 @@
+"""Checks against the models' shapes (their config.json): layer counts, tensor-parallel sizes,
+context lengths, and that draft and verifier share a vocabulary."""
+
+from specctl.config.cluster import ClusterConfig
+from specctl.config.errors import Loc
+from specctl.config.model_shape import ModelShape, ModelShapeError, read_model_shape
+from specctl.config.references import DRAFTER, VERIFIER, Problem
+
+MAX_TENSOR_PARALLEL = 64
+
+
+def read_shapes(config: ClusterConfig) -> tuple[dict[str, ModelShape], list[Problem]]:
+    shapes: dict[str, ModelShape] = {}
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        try:
+            shapes[model.name] = read_model_shape(config.resolve_path(model.path))
+        except ModelShapeError as error:
+            problems.append((("models", index, "path"), str(error)))
+    return shapes, problems
+
+
+def check_shapes(config: ClusterConfig, shapes: dict[str, ModelShape]) -> list[Problem]:
+    problems = _context_lengths(config, shapes)
+    if problems:  # the checks below compare context lengths: one mistake, one error
+        return problems
+    verifier = config.deployment.verifier
+    target = shapes[verifier.model]
+    problems += _tensor_parallel(
+        (*VERIFIER, "tensor_parallel_size"), verifier.tensor_parallel_size, verifier.model, target
+    )
+    problems += _layers(config, target)
+    drafter = config.deployment.drafter
+    if not drafter.is_ngram:
+        draft = shapes[drafter.model]
+        problems += _tensor_parallel(
+            (*DRAFTER, "tensor_parallel_size"), drafter.tensor_parallel_size, drafter.model, draft
+        )
+        problems += _draft_matches_target(config, draft, target)
+    return problems
+
+
+def valid_tensor_parallel_sizes(shape: ModelShape) -> list[int]:
+    """Sizes that split the attention heads evenly and the KV heads evenly or by replication."""
+    return [
+        size
+        for size in range(1, MAX_TENSOR_PARALLEL + 1)
+        if shape.num_attention_heads % size == 0
+        and (shape.num_kv_heads % size == 0 or size % shape.num_kv_heads == 0)
+    ]
+
+
+def _tensor_parallel(loc: Loc, size: int, model: str, shape: ModelShape) -> list[Problem]:
+    valid = valid_tensor_parallel_sizes(shape)
+    if size in valid:
+        return []
+    return [
+        (
+            loc,
+            f"{size} does not divide {model}'s {shape.num_attention_heads} attention heads and "
+            f"{shape.num_kv_heads} KV heads; valid sizes: {', '.join(map(str, valid))}",
+        )
+    ]
+
+
+def _layers(config: ClusterConfig, target: ModelShape) -> list[Problem]:
+    verifier = config.deployment.verifier
+    num_layers = target.num_layers
+    if len(verifier.nodes) > num_layers:
+        return [
+            (
+                (*VERIFIER, "nodes"),
+                f"{len(verifier.nodes)} pipeline stages for {verifier.model}'s {num_layers} "
+                "layers; each stage needs at least one layer",
+            )
+        ]
+    split = verifier.pipeline_split
+    if split == "auto" or sum(split) == num_layers:
+        return []
+    return [
+        (
+            (*VERIFIER, "pipeline_split"),
+            f"layer counts {split} sum to {sum(split)}, but {verifier.model} has {num_layers} "
+            f'layers; make them sum to {num_layers}, or use "auto"',
+        )
+    ]
+
+
+def _context_lengths(config: ClusterConfig, shapes: dict[str, ModelShape]) -> list[Problem]:
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        limit = shapes[model.name].max_position_embeddings
+        if model.max_model_len is not None and model.max_model_len > limit:
+            problems.append(
+                (
+                    ("models", index, "max_model_len"),
+                    f"{model.max_model_len} exceeds {model.name}'s max_position_embeddings "
+                    f"{limit}; use at most {limit}",
+                )
+            )
+    return problems
+
+
+def _draft_matches_target(
+    config: ClusterConfig, draft: ModelShape, target: ModelShape
+) -> list[Problem]:
+    drafter = config.deployment.drafter
+    verifier = config.deployment.verifier
+    loc: Loc = (*DRAFTER, "model")
+    if draft.vocab_size != target.vocab_size:
+        return [
+            (
+                loc,
+                f"{drafter.model} has a vocabulary of {draft.vocab_size}, {verifier.model} of "
+                f"{target.vocab_size}: draft and verifier need the same tokenizer",
+            )
+        ]
+    context = config.model(verifier.model).max_model_len or target.max_position_embeddings
+    if draft.max_position_embeddings < context:
+        return [
+            (
+                loc,
+                f"{drafter.model} handles {draft.max_position_embeddings} positions, fewer than "
+                f"the verifier's context {context}; lower {verifier.model}'s max_model_len to "
+                f"{draft.max_position_embeddings} or pick another draft",
+            )
+        ]
+    return []
