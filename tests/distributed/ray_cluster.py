@@ -8,9 +8,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from daemon.cluster_token import generate_token, write_token
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalNodeSpec
-from specctl.cluster_token import generate_token, write_token
 from specctl.deploy.ray_connect import connect, disconnect
 
 _DRIVER_ENV = (
