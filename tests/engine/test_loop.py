@@ -149,3 +149,22 @@ def test_loop_survives_a_failed_step_and_stop_ends_requests(target_dir: Path, pr
         loop.stop()
     assert sink.deltas("long")[-1].finish_reason in {"error", "length"}
     assert loop.num_in_flight == 0
+
+
+def test_speculation_changes_between_steps(target_dir: Path, draft_dir: Path, prompts, reference):
+    engine = make_engine(target_dir, draft_dir, k=2, batch=4)
+    sink = DeltaCollector()
+    loop = EngineLoop(engine, sink)
+    loop.start()
+    try:
+        loop.submit(Request("a", prompts[0], _greedy(max_tokens=200)))
+        loop.call_between_steps(lambda e: e.set_speculation(5, adaptive=True), timeout_s=30)
+        assert engine.config.num_speculative_tokens == 5 and engine.controller.config.adaptive
+        loop.submit(Request("b", prompts[1], _greedy()))
+        sink.wait_finished(["a", "b"])
+        assert sink.tokens("b") == reference[1]  # still lossless after the change
+        assert engine.controller.config.max_k == 5
+        with pytest.raises(RequestError, match="must be in"):
+            loop.call_between_steps(lambda e: e.set_speculation(99, adaptive=False), 30)
+    finally:
+        loop.stop()

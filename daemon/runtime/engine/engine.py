@@ -120,6 +120,29 @@ class SpecEngine:
         self._ended_waiting.clear()
         return deltas
 
+    def set_speculation(self, num_speculative_tokens: int, adaptive: bool) -> None:
+        """Change k (or the adaptive ceiling) between steps; measured costs are kept, and
+        running sequences start fresh acceptance estimates of the new length."""
+        if self.proposer is None and num_speculative_tokens > 0:
+            raise RequestError("this engine has no proposer: k must stay 0")
+        config = EngineConfig(
+            max_batch_size=self.config.max_batch_size,
+            num_speculative_tokens=num_speculative_tokens,
+            adaptive=adaptive,
+            draft_sparse_top_k=self.config.draft_sparse_top_k,
+            max_prefill_tokens=self.config.max_prefill_tokens,
+        )
+        costs = self.controller.costs
+        self.config = config
+        self.controller = SpeculationController(
+            ControllerConfig(
+                max_k=num_speculative_tokens, adaptive=adaptive, fixed_k=num_speculative_tokens
+            ),
+            costs=costs,
+        )
+        for seq in self.scheduler.running:
+            seq.acceptance = self.controller.new_estimate()
+
     def check_request(self, request: Request) -> None:
         """Raise RequestError if the engine could never serve `request` (empty or too long
         prompt, token ids outside the vocabulary). Reads no mutable state: any thread may call

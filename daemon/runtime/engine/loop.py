@@ -64,7 +64,7 @@ class EngineLoop:
         self._sink = sink
         self._capacity = engine.config.max_batch_size + max_waiting
         self._cond = threading.Condition()
-        self._inbox: deque[tuple[str, Request | str]] = deque()
+        self._inbox: deque[tuple[str, Request | str | Callable[[SpecEngine], None]]] = deque()
         self._in_flight: set[str] = set()  # submitted and not yet ended
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -90,6 +90,30 @@ class EngineLoop:
             self._in_flight.add(request.request_id)
             self._inbox.append(("add", request))
             self._cond.notify()
+
+    def call_between_steps(self, fn: Callable[[SpecEngine], None], timeout_s: float) -> None:
+        """Run `fn(engine)` on the loop thread between two steps (the only thread that may
+        touch the engine) and wait for it; its exception is raised here."""
+        done = threading.Event()
+        outcome: list[BaseException] = []
+
+        def run(engine: SpecEngine) -> None:
+            try:
+                fn(engine)
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        with self._cond:
+            if self._stopping:
+                raise EngineStoppedError("the engine is shutting down")
+            self._inbox.append(("call", run))
+            self._cond.notify()
+        if not done.wait(timeout_s):
+            raise EngineStoppedError(f"the engine did not take the change within {timeout_s:g} s")
+        if outcome:
+            raise outcome[0]
 
     def abort(self, request_id: str) -> None:
         """End a request early (no-op if it already ended); its slot is freed at the next step."""
@@ -135,6 +159,9 @@ class EngineLoop:
         with self._cond:
             ops = list(self._inbox)
             self._inbox.clear()
+        for kind, item in ops:  # let waiting callers return instead of timing out
+            if kind == "call" and callable(item):
+                item(self.engine)
         unstarted = [
             RequestDelta(r.request_id, [], FINISH_ERROR, len(r.prompt_token_ids), 0, message)
             for kind, r in ops
@@ -142,10 +169,16 @@ class EngineLoop:
         ]
         self._emit(LoopOutput(deltas=unstarted + self.engine.fail_all(message)))
 
-    def _apply(self, ops: list[tuple[str, Request | str]]) -> list[RequestDelta]:
-        """Hand queued adds and aborts to the engine, in the order they came."""
+    def _apply(
+        self, ops: list[tuple[str, Request | str | Callable[[SpecEngine], None]]]
+    ) -> list[RequestDelta]:
+        """Hand queued adds, aborts and calls to the engine, in the order they came."""
         refused: list[RequestDelta] = []
         for kind, item in ops:
+            if kind == "call":
+                assert callable(item)
+                item(self.engine)
+                continue
             if kind == "abort":
                 assert isinstance(item, str)
                 self.engine.abort(item)
