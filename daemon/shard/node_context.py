@@ -4,7 +4,10 @@ import os
 import uuid
 from dataclasses import dataclass
 
-NODE_LABEL = "specd.io/node"  # the label specd (and local nodes) give every Ray node
+# The name cluster.toml gives a node: `apply` labels every Ray node with it (local nodes and
+# specd nodes alike), and shards are placed by it.
+NODE_LABEL = "specctl.io/node"
+SPECD_NODE_LABEL = "specd.io/node"  # what specd derives from its own host name
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +28,7 @@ class NodeContext:
                 context = ray.get_runtime_context()
                 node_id = context.get_node_id()
                 labels = context.get_node_labels()
-                value = labels.get(NODE_LABEL, node_id)
+                value = labels.get(NODE_LABEL) or labels.get(SPECD_NODE_LABEL) or node_id
                 node_name = value[0] if isinstance(value, list) else str(value)
         except ImportError:
             pass

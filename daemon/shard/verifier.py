@@ -30,6 +30,7 @@ from daemon.shard.tokenizer_files import read_tokenizer_files
 logger = logging.getLogger(__name__)
 
 MAX_POLL_WAIT_S = 5.0
+SPECULATION_CHANGE_TIMEOUT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -176,6 +177,15 @@ class VerifierShard:
                 self._cond.wait(wait_s)
             output, self._pending = self._pending, None
         return PollReply(self.context.instance_id, self._load.state, output)
+
+    def set_speculation(self, num_speculative_tokens: int, adaptive: bool) -> None:
+        """Change k (or the adaptive ceiling) without reloading anything."""
+        running = self._load.get()
+        running.loop.call_between_steps(
+            lambda engine: engine.set_speculation(num_speculative_tokens, adaptive),
+            timeout_s=SPECULATION_CHANGE_TIMEOUT_S,
+        )
+        self.spec.num_speculative_tokens, self.spec.adaptive = num_speculative_tokens, adaptive
 
     def stop(self) -> None:
         """End every request in flight (their last deltas wait for the next poll)."""

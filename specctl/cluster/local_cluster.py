@@ -57,12 +57,16 @@ class LocalCluster:
             raise LocalClusterError(f"the head node {self.head.spec.name} is not running")
         return running.gcs_address
 
-    def start(self) -> str:
-        """Start every node not already running (idempotent); returns the GCS address."""
-        address = self.head.start(None).gcs_address
-        for node in self.nodes[1:]:
-            node.start(address)
-        return address
+    def start(self, head_address: str | None = None) -> str:
+        """Start every node not already running (idempotent); returns the GCS address.
+        Without `head_address` the first node is the head; with one, all join it."""
+        workers = self.nodes
+        if head_address is None:
+            head_address = self.head.start(None).gcs_address
+            workers = self.nodes[1:]
+        for node in workers:
+            node.start(head_address)
+        return head_address
 
     def stop(self) -> list[int]:
         """Stop every node, workers first; returns pids that would not die (empty: clean)."""

@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from daemon.shard.node_context import NODE_LABEL
 from daemon.specd.api_models import RayStartRequest
 from daemon.specd.collect import collect_inventory
 from daemon.specd.config import RayConfig, SpecdConfig
@@ -84,7 +85,8 @@ class LocalNode:
     def start(self, head_address: str | None) -> RunningNode:
         """Start as the head (`head_address` None) or as a worker of `head_address`."""
         role = "head" if head_address is None else "worker"
-        request = RayStartRequest(role=role, address=head_address, labels=self.spec.labels)
+        labels = {**self.spec.labels, NODE_LABEL: self.spec.name}
+        request = RayStartRequest(role=role, address=head_address, labels=labels)
         saved = os.environ.get(ASIO_DELAY_ENV)
         if self.spec.actor_call_delay_us is not None:
             delay = self.spec.actor_call_delay_us

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.shard.node_context import NODE_LABEL
-from daemon.shard.specs import VerifierSpec
+from daemon.shard.specs import DrafterSpec, VerifierSpec
 from daemon.shard.verifier import VerifierShard
 from specctl.deploy.ray_connect import NAMESPACE
 
@@ -16,7 +16,7 @@ DRAFTER_CONCURRENCY = 1
 
 @dataclass(slots=True)
 class Placement:
-    node: str  # the node's name (its specd.io/node label)
+    node: str  # the node's name in cluster.toml (its specctl.io/node label)
     num_cpus: float = 0.0  # CPUs the shard reserves (0: placement by label alone)
     num_gpus: float = 0.0
     max_restarts: int = 0  # Ray restarts a dead shard this many times (-1: always)
@@ -41,6 +41,14 @@ def create_verifier(name: str, spec: VerifierSpec, placement: Placement) -> Any:
 
     actor_class = ray.remote(VerifierShard)
     return actor_class.options(**_options(name, placement, VERIFIER_CONCURRENCY)).remote(spec)
+
+
+def create_drafter(name: str, spec: DrafterSpec, placement: Placement) -> Any:
+    import ray
+    from daemon.shard.drafter import DrafterShard
+
+    actor_class = ray.remote(DrafterShard)
+    return actor_class.options(**_options(name, placement, DRAFTER_CONCURRENCY)).remote(spec)
 
 
 def find_actor(name: str) -> Any | None:

@@ -50,9 +50,12 @@ class RemoteBackend:
         *,
         call_timeout_s: float = CALL_TIMEOUT_S,
         poll_wait_s: float = POLL_WAIT_S,
+        actor_name: str | None = None,
     ) -> None:
         self.model = model
         self._verifier = verifier
+        # a shard replaced under the same name (a re-apply) is found again by it
+        self._actor_name = actor_name
         self._call_timeout_s = call_timeout_s
         self._poll_wait_s = poll_wait_s
         self._lock = threading.Lock()
@@ -124,6 +127,7 @@ class RemoteBackend:
                 self._mark_dead(self._instance_id)
                 self._fail_in_flight(f"the verifier shard is unreachable: {_reason(exc)}")
                 self._stopping.wait(RETRY_BACKOFF_S)
+                self._find_again()
                 continue
             if reply.instance_id != self._instance_id:
                 if self._instance_id is not None:
@@ -134,6 +138,18 @@ class RemoteBackend:
                 self._dead.discard(reply.instance_id)
             if reply.output is not None:
                 self._deliver(reply.output)
+
+    def _find_again(self) -> None:
+        if self._actor_name is None:
+            return
+        from specctl.deploy.actors import find_actor
+
+        try:
+            handle = find_actor(self._actor_name)
+        except Exception:
+            return
+        if handle is not None:
+            self._verifier = handle
 
     def _deliver(self, output: LoopOutput) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ import ray
 from daemon.runtime.engine.request import Request
 from daemon.runtime.errors import RequestError
 from daemon.runtime.sampling.params import SamplingParams
+from daemon.shard.node_context import NODE_LABEL
 from daemon.shard.specs import VerifierSpec
 from specctl.demo_pair import demo_pair_dirs
 from specctl.deploy.actors import Placement, create_verifier, kill_actor
@@ -51,7 +52,7 @@ def test_shard_runs_on_its_labelled_node(cluster: TestCluster, verifier) -> None
     status = ray.get(verifier.wait_ready.remote(LOAD_TIMEOUT_S), timeout=LOAD_TIMEOUT_S + 30)
     assert status.state == "ready", status.error
     assert status.node_name == VERIFIER_NODE
-    node_ids = {n["Labels"]["specd.io/node"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    node_ids = {n["Labels"][NODE_LABEL]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert status.node_id == node_ids[VERIFIER_NODE]
 
 

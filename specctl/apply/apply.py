@@ -1,0 +1,152 @@
+"""`specctl apply cluster.toml`: validate, plan, bring the cluster and the shards to what the
+file asks, start (or keep) the serving process, wait until it answers, record it.
+
+Applying the same file twice changes nothing: nodes already running are found running, shards
+with the same fingerprint are kept, a serving process with the same fingerprint is kept. A
+changed file changes only what changed (a new k is applied to the running verifier; a drafter
+moved to another node is replaced alone).
+"""
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from db import DeploymentRow, Store
+from specctl.apply.cluster_up import bring_up
+from specctl.apply.events import ApplyEvents
+from specctl.apply.server_up import ensure_server
+from specctl.apply.shards import DesiredShard, deploy_shards, desired_shards
+from specctl.apply.state import AppliedState, ServerState
+from specctl.config.cluster import ClusterConfig
+from specctl.config.loader import load_config
+from specctl.deploy.ray_connect import connect, disconnect
+from specctl.home import SpecctlHome
+from specctl.planner.gather import gather_node_facts
+from specctl.planner.placement import make_plan
+from specctl.planner.plan import Plan
+
+
+class ApplyError(Exception):
+    """The deployment cannot be applied as written; the message says why and what to do."""
+
+
+@dataclass(slots=True)
+class ApplyOptions:
+    load_timeout_s: float = 900.0  # every shard loaded within this
+    health_timeout_s: float = 120.0  # the serving process answers /health within this
+    shard_threads: int | None = 1  # torch threads per shard process (None: torch's default)
+
+
+@dataclass(slots=True)
+class ApplyResult:
+    endpoint: str  # http://host:port/v1
+    plan: Plan
+    changed: list[str] = field(default_factory=list)  # steps that did something
+    deployment_id: int = 0
+
+
+def apply_deployment(
+    config_path: Path,
+    home: SpecctlHome,
+    events: ApplyEvents,
+    options: ApplyOptions | None = None,
+) -> ApplyResult:
+    opts = options or ApplyOptions()
+    home.ensure()
+    config, plan = _validate_and_plan(config_path, events)
+    previous = AppliedState.load(home.state_file)
+    if previous is not None and previous.deployment != plan.deployment:
+        raise ApplyError(
+            f"deployment {previous.deployment!r} is up (from {previous.config_path}); "
+            f"run `specctl down` before applying {plan.deployment!r}"
+        )
+    desired = desired_shards(config, plan, opts.shard_threads)
+    cluster = bring_up(config, home, events)
+    connect(cluster.address, cluster.token_file)
+    try:
+        events.step("shards", "started", f"{len(desired)} shard(s)")
+        started = deploy_shards(
+            desired, previous.shards if previous else [], events, opts.load_timeout_s
+        )
+        events.step("shards", "done", f"{len(started)} (re)started")
+    finally:
+        disconnect()
+    state = AppliedState(
+        deployment=plan.deployment,
+        config_path=str(config_path.resolve()),
+        config_text=config_path.read_text(),
+        plan_json=plan.model_dump_json(),
+        served_model_name=config.deployment.verifier.model,
+        ray_address=cluster.address,
+        token_file=str(cluster.token_file),
+        local_root=str(cluster.local_root) if cluster.local_root else None,
+        local_nodes=cluster.local_nodes,
+        nodes=cluster.nodes,
+        shards=[d.state() for d in desired],
+        server=_server_state(config, desired),
+        db_path=str(home.db_file),
+        deployment_id=previous.deployment_id if previous else 0,
+    )
+    changed = bool(started) or previous is None or _changed(previous, state)
+    if changed or state.deployment_id == 0:
+        state.deployment_id = _record(home, state, plan)
+    state.save(home.state_file)
+    server_changed = ensure_server(home, state, events, opts.health_timeout_s)
+    steps = [*started, *(["server"] if server_changed else [])]
+    return ApplyResult(f"{state.server.url}/v1", plan, steps, state.deployment_id)  # type: ignore[union-attr]
+
+
+def _validate_and_plan(config_path: Path, events: ApplyEvents) -> tuple[ClusterConfig, Plan]:
+    events.step("validate", "started", str(config_path))
+    config = load_config(config_path)  # ConfigError names file:line: field
+    events.step("validate", "done")
+    events.step("plan", "started")
+    plan = make_plan(config, gather_node_facts(config, mode="probe"))
+    if plan.verdict == "does_not_fit":
+        events.step("plan", "failed", "; ".join(plan.problems))
+        raise ApplyError("the plan does not fit:\n  " + "\n  ".join(plan.problems))
+    events.step("plan", "done", plan.verdict)
+    return config, plan
+
+
+def _server_state(config: ClusterConfig, desired: list[DesiredShard]) -> ServerState:
+    server = config.server
+    api_key = config.api_key_path()
+    verifiers = sorted((d.actor, d.fingerprint) for d in desired if d.role == "verifier")
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [server.host, server.port, str(api_key), server.max_batch_size, verifiers]
+        ).encode()
+    ).hexdigest()[:16]
+    return ServerState(
+        server.host,
+        server.port,
+        str(api_key) if api_key else None,
+        server.max_batch_size,
+        fingerprint,
+    )
+
+
+def _changed(previous: AppliedState, state: AppliedState) -> bool:
+    return (
+        previous.config_text != state.config_text
+        or [s.speculation for s in previous.shards] != [s.speculation for s in state.shards]
+        or previous.server != state.server
+    )
+
+
+def _record(home: SpecctlHome, state: AppliedState, plan: Plan) -> int:
+    with Store.open(home.db_file, role="writer") as store:
+        return store.add_deployment(
+            DeploymentRow(
+                name=state.deployment,
+                config_path=state.config_path,
+                config_text=state.config_text,
+                plan_json=state.plan_json,
+                applied_unix_s=time.time(),
+                status="running",
+                endpoint=f"{state.server.url}/v1" if state.server else plan.endpoint,
+            )
+        )

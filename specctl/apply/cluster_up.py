@@ -1,0 +1,168 @@
+"""Bring the Ray cluster of a cluster.toml up (or find it up), and take it down.
+
+The first node of the file is the head. `local` nodes are Ray nodes on this machine
+(`specctl/cluster/`); the others are asked through their specd (`POST /v1/ray/start` with the
+cluster token). Every node is labelled `specctl.io/node=<its name in the file>`: shards are
+placed by that label. Starting a node that already runs as asked is a no-op on both paths.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from daemon.cluster_token import TokenError, generate_token, read_token, write_token
+from daemon.shard.node_context import NODE_LABEL
+from specctl.apply.events import ApplyEvents
+from specctl.apply.state import NodeState
+from specctl.cluster.local_cluster import LocalCluster
+from specctl.cluster.local_nodes import LocalClusterError, LocalNodeSpec
+from specctl.config.cluster import ClusterConfig
+from specctl.config.schema import NodeSpec
+from specctl.home import SpecctlHome
+from specctl.planner.gather import token_path
+
+SPECD_TIMEOUT_S = 180.0  # a specd's `ray start` may take a while on a slow machine
+LOCAL_NODE_CPUS = 1
+
+
+class ClusterUpError(Exception):
+    """A node could not be started or reached; the message names it and says why."""
+
+
+@dataclass(slots=True)
+class ClusterUp:
+    address: str  # host:port of the head's GCS
+    token_file: Path
+    local_root: Path | None
+    local_nodes: list[str]
+    nodes: list[NodeState]
+
+
+def cluster_token(config: ClusterConfig, home: SpecctlHome) -> Path:
+    """The cluster token: the specd nodes' (all must hold the same), else one under the home,
+    made on first use."""
+    remote = [n for n in config.nodes if not n.is_local]
+    if not remote:
+        path = home.token_file
+        if not path.exists():
+            write_token(path, generate_token(), force=False)
+        return path
+    tokens: dict[str, Path] = {}
+    for node in remote:
+        path = token_path(config, node)
+        try:
+            tokens[read_token(path)] = path
+        except TokenError as exc:
+            raise ClusterUpError(f"node {node.name}: {exc}") from None
+    if len(tokens) > 1:
+        raise ClusterUpError(
+            "the specd nodes' token files hold different tokens ("
+            + ", ".join(str(p) for p in tokens.values())
+            + "); one cluster has one token"
+        )
+    return next(iter(tokens.values()))
+
+
+def local_cluster(
+    config: ClusterConfig, home: SpecctlHome, token_file: Path
+) -> LocalCluster | None:
+    specs = [
+        LocalNodeSpec(n.name, labels=dict(n.labels), num_cpus=LOCAL_NODE_CPUS)
+        for n in config.nodes
+        if n.is_local
+    ]
+    return LocalCluster(specs, home.ray_root, token_file) if specs else None
+
+
+def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> ClusterUp:
+    events.step("ray nodes", "started", f"{len(config.nodes)} node(s)")
+    token_file = cluster_token(config, home)
+    local = local_cluster(config, home, token_file)
+    head = config.nodes[0]
+    try:
+        if head.is_local:
+            assert local is not None
+            address = local.start()
+        else:
+            address = _specd_start(config, head, token_file, None)
+            if local is not None:
+                local.start(address)
+        for node in config.nodes[1:]:
+            if not node.is_local:
+                _specd_start(config, node, token_file, address)
+    except (LocalClusterError, ClusterUpError) as exc:
+        events.step("ray nodes", "failed", str(exc))
+        raise ClusterUpError(str(exc)) from None
+    events.step("ray nodes", "done", f"head {head.name} at {address}")
+    return ClusterUp(
+        address=address,
+        token_file=token_file,
+        local_root=home.ray_root if local is not None else None,
+        local_nodes=[n.name for n in config.nodes if n.is_local],
+        nodes=[
+            NodeState(n.name, "local" if n.is_local else "specd", n.specd, str(token_file))
+            for n in config.nodes
+        ],
+    )
+
+
+def _specd_start(config: ClusterConfig, node: NodeSpec, token_file: Path, head: str | None) -> str:
+    """Ask the node's specd to start Ray (head when `head` is None); the GCS address."""
+    body = {
+        "role": "head" if head is None else "worker",
+        "labels": {**node.labels, NODE_LABEL: node.name},
+    }
+    if head is not None:
+        body["address"] = head
+    data = _specd_call(node, token_file, "POST", "/v1/ray/start", body)
+    return str(data["status"]["gcs_address"])
+
+
+def _specd_call(
+    node: NodeSpec, token_file: Path, method: str, path: str, body: dict | None = None
+) -> dict:
+    try:
+        token = read_token(token_file)
+    except TokenError as exc:
+        raise ClusterUpError(f"node {node.name}: {exc}") from None
+    url = f"http://{node.specd}{path}"
+    try:
+        response = httpx.request(
+            method,
+            url,
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=SPECD_TIMEOUT_S,
+        )
+    except httpx.HTTPError as exc:
+        raise ClusterUpError(
+            f"node {node.name}: specd at {node.specd} unreachable ({exc})"
+        ) from None
+    if response.status_code == 401:
+        raise ClusterUpError(f"node {node.name}: specd at {node.specd} refused the cluster token")
+    if response.status_code != 200:
+        try:
+            message = response.json().get("error", response.text)
+        except ValueError:
+            message = response.text
+        raise ClusterUpError(
+            f"node {node.name}: specd {path} failed ({response.status_code}): {message}"
+        )
+    return response.json()
+
+
+def take_down_nodes(nodes: list[NodeState], local: LocalCluster | None) -> list[int]:
+    """Stop Ray on every node (workers first); pids that survived on this machine."""
+    leftover: list[int] = []
+    for node in reversed(nodes):
+        if node.kind != "specd":
+            continue
+        spec = NodeSpec(name=node.name, specd=node.address)
+        try:
+            _specd_call(spec, Path(node.token_file), "POST", "/v1/ray/stop")
+        except ClusterUpError:
+            continue  # unreachable: nothing more can be done from here
+    if local is not None:
+        leftover += local.stop()
+    return leftover

@@ -1,0 +1,78 @@
+"""`specctl down`: stop everything `apply` started — the serving process, the shards, the Ray
+nodes — and leave no process behind."""
+
+import contextlib
+import logging
+from pathlib import Path
+
+from db import Store
+from db.errors import StoreError
+from specctl.apply.cluster_up import take_down_nodes
+from specctl.apply.events import ApplyEvents
+from specctl.apply.state import AppliedState
+from specctl.cluster.local_cluster import LocalCluster
+from specctl.cluster.local_nodes import LocalNodeSpec
+from specctl.deploy.actors import kill_actor
+from specctl.deploy.ray_connect import RayConnectError, connect, disconnect
+from specctl.deploy.server_process import ServerRecord, stop_server
+from specctl.home import SpecctlHome
+
+logger = logging.getLogger(__name__)
+
+
+def take_down(home: SpecctlHome, events: ApplyEvents) -> list[int]:
+    """Stop the deployment recorded under `home`; returns pids that would not die (empty:
+    clean). Safe to run twice, and after a partial apply."""
+    leftover: list[int] = []
+    record = ServerRecord.load(home.server_file)
+    if record is not None and record.is_alive():
+        events.step("server", "started", f"stopping pid {record.pid}")
+        leftover += stop_server(record)
+        events.step("server", "done")
+    home.server_file.unlink(missing_ok=True)
+    state = AppliedState.load(home.state_file)
+    if state is None:
+        events.step("deployment", "skipped", "nothing applied")
+        return leftover
+    _kill_shards(state, events)
+    events.step("ray nodes", "started", f"{len(state.nodes)} node(s)")
+    local = None
+    if state.local_root:
+        specs = [LocalNodeSpec(name) for name in state.local_nodes]
+        local = LocalCluster(specs, Path(state.local_root), Path(state.token_file))
+    leftover += take_down_nodes(state.nodes, local)
+    events.step("ray nodes", "done" if not leftover else "failed", _survivors(leftover))
+    _mark_stopped(home, state)
+    home.state_file.unlink(missing_ok=True)
+    return leftover
+
+
+def _kill_shards(state: AppliedState, events: ApplyEvents) -> None:
+    """Kill the shard actors for good (no restart) while the cluster still answers."""
+    events.step("shards", "started", f"{len(state.shards)} shard(s)")
+    try:
+        connect(state.ray_address, Path(state.token_file))
+    except RayConnectError as exc:
+        events.step("shards", "skipped", f"cluster unreachable ({exc}); stopping nodes")
+        return
+    try:
+        for shard in state.shards:
+            with contextlib.suppress(Exception):
+                kill_actor(shard.actor)
+    finally:
+        disconnect()
+    events.step("shards", "done")
+
+
+def _mark_stopped(home: SpecctlHome, state: AppliedState) -> None:
+    if not state.deployment_id:
+        return
+    try:
+        with Store.open(home.db_file, role="writer") as store:
+            store.set_deployment_status(state.deployment_id, "stopped")
+    except StoreError as exc:
+        logger.warning("could not record the deployment as stopped: %s", exc)
+
+
+def _survivors(pids: list[int]) -> str:
+    return f"processes still alive: {pids}" if pids else "no process left"

@@ -1,0 +1,251 @@
+"""The shards a plan asks for, and bringing them to that state on the Ray cluster.
+
+A shard that already runs with the same fingerprint (model, dtype, node, sizes, proposer) is
+left alone; a verifier whose only change is its speculation settings (k, adaptive) is changed
+live; anything else is replaced. Drafters are deployed before the verifiers that reach them.
+"""
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from daemon.shard.specs import DrafterSpec, ShardStatus, VerifierSpec
+from specctl.apply.events import ApplyEvents
+from specctl.apply.state import ShardState
+from specctl.config.cluster import ClusterConfig
+from specctl.deploy.actors import Placement, create_drafter, create_verifier, find_actor, kill_actor
+from specctl.planner.plan import Plan, ShardPlan
+
+RUNTIME_DTYPES = ("float32", "bfloat16", "float16")
+STATUS_TIMEOUT_S = 30.0
+LOAD_POLL_S = 0.5
+DEFAULT_LOAD_TIMEOUT_S = 900.0
+SHARD_THREADS = 1  # torch threads per shard process on CPU nodes
+DRAFTER_RESTARTS = -1  # Ray restarts a dead drafter for as long as its node can hold it
+VERIFIER_RESTARTS = 3
+
+
+class ShardError(Exception):
+    """A shard cannot be deployed as planned, or failed to load; the message says which."""
+
+
+@dataclass(slots=True)
+class DesiredShard:
+    actor: str
+    role: str
+    replica: int
+    node: str
+    spec: VerifierSpec | DrafterSpec
+    fingerprint: str
+    speculation: str  # verifiers: the settings applied live
+
+    def state(self) -> ShardState:
+        return ShardState(
+            self.actor, self.role, self.replica, self.node, self.fingerprint, self.speculation
+        )
+
+
+def desired_shards(config: ClusterConfig, plan: Plan, threads: int | None) -> list[DesiredShard]:
+    """Drafters first, then verifiers, per replica."""
+    shards: list[DesiredShard] = []
+    for replica in range(plan.replicas):
+        planned = plan.shards_of(replica)
+        verifiers = [s for s in planned if s.role == "verifier"]
+        drafter = next((s for s in planned if s.role == "drafter"), None)
+        _check_supported(verifiers, drafter)
+        verifier = verifiers[0]
+        prefix = f"{plan.deployment}.r{replica}"
+        remote_drafter = drafter is not None and drafter.node != verifier.node
+        if remote_drafter:
+            assert drafter is not None
+            shards.append(_drafter(prefix, drafter, verifier, threads))
+        shards.append(_verifier(prefix, config, plan, verifier, drafter, remote_drafter, threads))
+    return shards
+
+
+def _check_supported(verifiers: list[ShardPlan], drafter: ShardPlan | None) -> None:
+    for shard in [*verifiers, *([drafter] if drafter else [])]:
+        if shard.dtype not in RUNTIME_DTYPES:
+            raise ShardError(
+                f"{shard.id}: dtype {shard.dtype} is for planning only; the runtime loads "
+                f"{', '.join(RUNTIME_DTYPES)}"
+            )
+        if shard.tensor_parallel_size > 1:
+            raise ShardError(
+                f"{shard.id}: tensor parallelism ({shard.tensor_parallel_size}) is not deployable "
+                "yet; use tensor_parallel_size = 1"
+            )
+    if len(verifiers) != 1:
+        raise ShardError(
+            f"the verifier is split into {len(verifiers)} pipeline stages; pipeline parallelism "
+            "is not deployable yet: list one node in deployment.verifier.nodes"
+        )
+
+
+def _fingerprint(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _drafter(prefix: str, drafter: ShardPlan, verifier: ShardPlan, threads: int | None):
+    spec = DrafterSpec(
+        draft_dir=drafter.model_path,
+        dtype=drafter.dtype,
+        max_batch_size=verifier.max_batch_size,
+        max_model_len=verifier.max_model_len,
+        num_threads=threads,
+    )
+    fingerprint = _fingerprint({"node": drafter.node, **asdict(spec)})
+    return DesiredShard(
+        f"{prefix}.drafter", "drafter", drafter.replica, drafter.node, spec, fingerprint, ""
+    )
+
+
+def _verifier(
+    prefix: str,
+    config: ClusterConfig,
+    plan: Plan,
+    verifier: ShardPlan,
+    drafter: ShardPlan | None,
+    remote_drafter: bool,
+    threads: int | None,
+) -> DesiredShard:
+    speculation = config.deployment.speculation
+    if drafter is None:
+        proposer, draft_dir = ("ngram" if config.deployment.drafter.is_ngram else "none"), None
+    elif remote_drafter:
+        proposer, draft_dir = "remote", None
+    else:  # the drafter's node is the verifier's: run it in the verifier's process
+        proposer, draft_dir = "draft_model", drafter.model_path
+    spec = VerifierSpec(
+        target_dir=verifier.model_path,
+        dtype=verifier.dtype,
+        max_batch_size=verifier.max_batch_size,
+        max_model_len=verifier.max_model_len,
+        num_speculative_tokens=plan.speculation.max_k if proposer != "none" else 0,
+        adaptive=speculation.adaptive,
+        proposer=proposer,
+        draft_dir=draft_dir,
+        drafter_actor=f"{prefix}.drafter" if remote_drafter else None,
+        mode=speculation.mode,
+        num_threads=threads,
+    )
+    loaded = asdict(spec)
+    live = {k: loaded.pop(k) for k in ("num_speculative_tokens", "adaptive")}
+    fingerprint = _fingerprint({"node": verifier.node, **loaded})
+    return DesiredShard(
+        f"{prefix}.verifier",
+        "verifier",
+        verifier.replica,
+        verifier.node,
+        spec,
+        fingerprint,
+        json.dumps(live, sort_keys=True),
+    )
+
+
+def deploy_shards(
+    desired: list[DesiredShard],
+    previous: list[ShardState],
+    events: ApplyEvents,
+    load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
+) -> list[str]:
+    """Make the cluster run `desired`; returns the actors (re)started, to wait for."""
+    before = {s.actor: s for s in previous}
+    wanted = {d.actor for d in desired}
+    for gone in before.keys() - wanted:
+        kill_actor(gone)
+        events.step(f"remove {gone}", "done")
+    started: list[str] = []
+    for shard in desired:
+        name = _step_name(shard)
+        old = before.get(shard.actor)
+        handle = find_actor(shard.actor)
+        if old is not None and handle is not None and _reuse(shard, old, handle, events):
+            continue
+        if handle is not None:
+            kill_actor(shard.actor)
+        events.step(name, "started", f"on {shard.node}")
+        placement = Placement(
+            shard.node,
+            max_restarts=DRAFTER_RESTARTS if shard.role == "drafter" else VERIFIER_RESTARTS,
+        )
+        if isinstance(shard.spec, VerifierSpec):
+            create_verifier(shard.actor, shard.spec, placement)
+        else:
+            create_drafter(shard.actor, shard.spec, placement)
+        started.append(shard.actor)
+    wait_loaded([d for d in desired if d.actor in started], events, load_timeout_s)
+    return started
+
+
+def _reuse(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvents) -> bool:
+    """Keep a running shard started with the same fingerprint (changing its speculation
+    settings live if only they differ); False when it must be replaced."""
+    import ray
+
+    if old.fingerprint != shard.fingerprint or not _is_up(handle):
+        return False
+    name = _step_name(shard)
+    if shard.role == "verifier" and old.speculation != shard.speculation:
+        live = json.loads(shard.speculation)
+        call = handle.set_speculation.remote(live["num_speculative_tokens"], live["adaptive"])
+        ray.get(call, timeout=STATUS_TIMEOUT_S + 60)
+        events.step(name, "done", f"speculation changed live: {shard.speculation}")
+    else:
+        events.step(name, "skipped", f"already running on {shard.node}")
+    return True
+
+
+def _step_name(shard: DesiredShard) -> str:
+    return f"{shard.role} r{shard.replica}"
+
+
+def _is_up(handle: Any) -> bool:
+    import ray
+
+    try:
+        status: ShardStatus = ray.get(handle.status.remote(), timeout=STATUS_TIMEOUT_S)
+    except Exception:
+        return False
+    return status.state in ("ready", "loading")
+
+
+def wait_loaded(shards: list[DesiredShard], events: ApplyEvents, timeout_s: float) -> None:
+    """Poll each shard's status until every one is ready; report loading progress."""
+    pending = {s.actor: s for s in shards}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        if time.monotonic() > deadline:
+            names = ", ".join(sorted(pending))
+            raise ShardError(f"shards not ready after {timeout_s:g} s: {names}")
+        for actor, shard in list(pending.items()):
+            status = _status(actor)
+            if status is None:
+                continue  # still being placed (or its node is not up yet)
+            events.loading(actor, status.node_name, status.loaded_bytes, status.total_bytes)
+            if status.state == "ready":
+                events.step(
+                    _step_name(shard),
+                    "done",
+                    f"loaded on {status.node_name} in {status.load_time_s:.1f} s",
+                )
+                del pending[actor]
+            elif status.state == "failed":
+                events.step(_step_name(shard), "failed", status.error or "failed to load")
+                raise ShardError(f"{actor} on {shard.node} failed to load: {status.error}")
+        if pending:
+            time.sleep(LOAD_POLL_S)
+
+
+def _status(actor: str) -> ShardStatus | None:
+    import ray
+
+    handle = find_actor(actor)
+    if handle is None:
+        return None
+    try:
+        return ray.get(handle.status.remote(), timeout=LOAD_POLL_S * 4)
+    except Exception:
+        return None

@@ -1,0 +1,111 @@
+"""The serving process of an applied deployment: join its Ray cluster, reach every replica's
+verifier shard by name, and put them behind one backend (a router when there are several).
+Also keeps an eye on the shards, for `specctl status` and the TUI."""
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from specctl.apply.state import AppliedState
+from specctl.deploy.actors import find_actor
+from specctl.deploy.ray_connect import connect
+from specctl.deploy.remote_backend import RemoteBackend, served_model
+from specctl.deploy.router import RouterBackend
+from specctl.server.backend import EngineBackend
+
+logger = logging.getLogger(__name__)
+
+SHARD_LOAD_TIMEOUT_S = 600.0
+WATCH_INTERVAL_S = 2.0
+STATUS_CALL_TIMEOUT_S = 5.0
+
+
+class DeploymentError(Exception):
+    """The deployment's shards cannot be reached; the message says which."""
+
+
+def load_deployment_backend(state_file: Path) -> tuple[EngineBackend, AppliedState]:
+    state = AppliedState.load(state_file)
+    if state is None:
+        raise DeploymentError(f"{state_file}: no deployment applied")
+    connect(state.ray_address, Path(state.token_file))
+    backends: list[EngineBackend] = []
+    for actor in state.verifier_actors():
+        handle = find_actor(actor)
+        if handle is None:
+            raise DeploymentError(f"verifier shard {actor} is not running; run `specctl apply`")
+        model = served_model(handle, state.served_model_name, timeout_s=SHARD_LOAD_TIMEOUT_S)
+        backends.append(RemoteBackend(handle, model, actor_name=actor))
+    if not backends:
+        raise DeploymentError(f"{state_file}: the deployment has no verifier shard")
+    backend: EngineBackend = backends[0] if len(backends) == 1 else RouterBackend(backends)
+    return backend, state
+
+
+@dataclass(slots=True)
+class ShardReport:
+    id: str  # the actor name
+    role: str
+    replica: int
+    node: str  # where the plan put it
+    state: str  # loading | ready | failed | stopped | unreachable
+    running_on: str | None = None  # the node it reports running on
+    pid: int | None = None
+    error: str | None = None
+    checked_unix_s: float = 0.0
+
+
+class ShardWatcher:
+    """Asks every shard for its status every few seconds, on a thread of its own."""
+
+    def __init__(self, state: AppliedState, interval_s: float = WATCH_INTERVAL_S) -> None:
+        self._state = state
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._reports = [
+            ShardReport(s.actor, s.role, s.replica, s.node, "unknown") for s in state.shards
+        ]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shard-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def reports(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [asdict(r) for r in self._reports]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            fresh = [self._check(r) for r in self._reports]
+            with self._lock:
+                self._reports = fresh
+            self._stop.wait(self._interval_s)
+
+    def _check(self, report: ShardReport) -> ShardReport:
+        import ray
+
+        out = ShardReport(report.id, report.role, report.replica, report.node, "unreachable")
+        out.checked_unix_s = time.time()
+        try:
+            handle = find_actor(report.id)
+            if handle is None:
+                out.error = "no such actor"
+                return out
+            status = ray.get(handle.status.remote(), timeout=STATUS_CALL_TIMEOUT_S)
+        except Exception as exc:
+            out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return out
+        out.state, out.running_on, out.pid, out.error = (
+            status.state,
+            status.node_name,
+            status.pid,
+            status.error,
+        )
+        return out
