@@ -151,6 +151,43 @@ def test_loop_survives_a_failed_step_and_stop_ends_requests(target_dir: Path, pr
     assert loop.num_in_flight == 0
 
 
+class _FailingAdmitProposer(NgramProposer):
+    """The real n-gram proposer, failing when it is first told of new sequences, i.e. while
+    they are being admitted: neither waiting nor running (fault injection)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_failures = 0
+
+    def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
+        if self.num_failures == 0:
+            self.num_failures += 1
+            raise RuntimeError("admission exploded")
+        super().admit(slots, prompts)
+
+
+def test_a_failure_while_admitting_ends_those_requests_and_frees_their_slots(
+    target_dir: Path, prompts, reference
+):
+    engine = make_engine(target_dir, k=2, batch=2)
+    engine.proposer = _FailingAdmitProposer()
+    for name, prompt in (("a", prompts[0]), ("b", prompts[1])):
+        engine.add_request(Request(name, prompt, _greedy()))
+    loop = EngineLoop(engine, sink := DeltaCollector())
+    loop.start()
+    try:
+        sink.wait_finished(["a", "b"])  # both end with the error, none is left waiting
+        for name in ("a", "b"):
+            last = sink.deltas(name)[-1]
+            assert last.finish_reason == "error" and "admission exploded" in (last.error or "")
+        assert sorted(engine.scheduler.free_slots) == [0, 1]
+        loop.submit(Request("c", prompts[2], _greedy()))  # and the engine keeps serving
+        sink.wait_finished(["c"])
+        assert [t for d in sink.deltas("c") for t in d.new_token_ids] == reference[2]
+    finally:
+        loop.stop()
+
+
 def test_speculation_changes_between_steps(target_dir: Path, draft_dir: Path, prompts, reference):
     engine = make_engine(target_dir, draft_dir, k=2, batch=4)
     sink = DeltaCollector()

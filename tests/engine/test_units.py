@@ -26,7 +26,7 @@ def test_ngram_propose_respects_k_per_sequence() -> None:
         token_ids=[[1, 2, 3, 1, 2], [4, 5, 6], [1, 1, 1, 1]],
         num_to_draft=[2, 3, 0],
         params=[SamplingParams()] * 3,
-        generators=[None] * 3,
+        draft_seeds=[0] * 3,
     )
     out = prop.propose(req)
     assert out.num_draft_tokens == [2, 0, 0]

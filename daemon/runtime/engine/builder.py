@@ -2,6 +2,7 @@
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,9 @@ from daemon.runtime.proposers.base import Proposer
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.proposers.ngram import NgramProposer
 
+# (which model: "target" | "draft", bytes loaded, total bytes), as weights arrive.
+BuildProgress = Callable[[str, int, int], None]
+
 
 @dataclass(slots=True)
 class EngineSpec:
@@ -25,6 +29,7 @@ class EngineSpec:
     backend: str = "auto"  # "auto" | "lean" | "hf"
     max_model_len: int | None = None
     engine: EngineConfig | None = None
+    proposer: Proposer | None = None  # built elsewhere (a remote drafter): no draft, no ngram
 
 
 @dataclass(slots=True)
@@ -33,10 +38,10 @@ class BuiltEngine:
     tokenizer: Any  # a transformers tokenizer
 
 
-def build_engine(spec: EngineSpec) -> BuiltEngine:
+def build_engine(spec: EngineSpec, progress: BuildProgress | None = None) -> BuiltEngine:
     """Load the tokenizer first (cheap, and the vocabulary check needs it), then the models."""
-    if spec.draft is not None and spec.ngram:
-        raise ModelLoadError("choose one proposer: a draft model or n-gram lookup, not both")
+    if sum((spec.draft is not None, spec.ngram, spec.proposer is not None)) > 1:
+        raise ModelLoadError("choose one proposer: a draft model, n-gram lookup or a remote one")
     config = spec.engine or EngineConfig()
     tokenizer = load_tokenizer(spec.target)
     if spec.draft is not None:
@@ -48,10 +53,14 @@ def build_engine(spec: EngineSpec) -> BuiltEngine:
         num_slots=config.max_batch_size,
         backend=spec.backend,
     )
-    target = load(spec.target, max_model_len=spec.max_model_len)
-    proposer: Proposer | None = None
+    target = load(
+        spec.target, max_model_len=spec.max_model_len, progress=_named(progress, "target")
+    )
+    proposer: Proposer | None = spec.proposer
     if spec.draft is not None:
-        draft = load(spec.draft, max_model_len=target.max_model_len)
+        draft = load(
+            spec.draft, max_model_len=target.max_model_len, progress=_named(progress, "draft")
+        )
         proposer = DraftModelProposer(
             draft,
             sparse_top_k=config.draft_sparse_top_k,
@@ -67,6 +76,12 @@ def build_engine(spec: EngineSpec) -> BuiltEngine:
         detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
     )
     return BuiltEngine(engine=engine, tokenizer=tokenizer)
+
+
+def _named(progress: BuildProgress | None, name: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+    return functools.partial(progress, name)
 
 
 def load_tokenizer(model_dir: Path) -> Any:

@@ -74,6 +74,7 @@ class SpecEngine:
         self.last_round = RoundStats()
         self._request_ids: set[str] = set()
         self._ended_waiting: list[RequestDelta] = []  # aborted before they started
+        self._admitting: list[Sequence] = []  # being prefilled (their slots are taken)
         _freeze_startup_heap()
 
     # -- requests ---------------------------------------------------------------------------
@@ -105,7 +106,7 @@ class SpecEngine:
             RequestDelta(r.request_id, [], FINISH_ERROR, len(r.prompt_token_ids), 0, error=message)
             for r in self.scheduler.waiting
         ]
-        for seq in self.scheduler.running:
+        for seq in [*self.scheduler.running, *self._admitting]:
             seq.finish(FINISH_ERROR)
             delta = seq.take_delta()
             assert delta is not None
@@ -113,8 +114,9 @@ class SpecEngine:
             deltas.append(delta)
             self._free(seq.slot)
         self.scheduler.waiting.clear()
-        self.scheduler.free_slots.extend(s.slot for s in self.scheduler.running)
         self.scheduler.running.clear()
+        self._admitting.clear()
+        self.scheduler.free_slots = list(range(self.scheduler.num_slots - 1, -1, -1))
         self._request_ids.clear()
         deltas.extend(self._ended_waiting)
         self._ended_waiting.clear()
@@ -228,6 +230,7 @@ class SpecEngine:
             new.append(self._new_sequence(request, slot))
         if not new:
             return
+        self._admitting = new  # neither waiting nor running: fail_all must still find them
         t0 = time.perf_counter()
         prefill(self.target, new, self.config.max_prefill_tokens)
         if self.proposer is not None:
@@ -239,6 +242,7 @@ class SpecEngine:
         stats.num_prefill_tokens = sum(s.num_prompt_tokens for s in new)
         for seq in new:
             self.scheduler.start(seq)
+        self._admitting = []
 
     def _new_sequence(self, request: Request, slot: int) -> Sequence:
         stop = StopChecker(
@@ -300,7 +304,7 @@ class SpecEngine:
                 token_ids=[s.token_ids for s in seqs],
                 num_to_draft=ks,
                 params=[s.request.params for s in seqs],
-                generators=[s.generator for s in seqs],
+                draft_seeds=[s.draft_seed for s in seqs],
             )
         )
 

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.request import Request, RequestDelta
@@ -20,6 +21,8 @@ from daemon.runtime.engine.stop import FINISH_ERROR
 from daemon.runtime.errors import EngineOverloadedError, EngineStoppedError, RequestError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_MAX_WAITING = 256  # requests queued beyond the running batch before new ones are refused
 STOP_TIMEOUT_S = 30.0
@@ -91,15 +94,16 @@ class EngineLoop:
             self._inbox.append(("add", request))
             self._cond.notify()
 
-    def call_between_steps(self, fn: Callable[[SpecEngine], None], timeout_s: float) -> None:
+    def call_between_steps(self, fn: Callable[[SpecEngine], T], timeout_s: float) -> T:
         """Run `fn(engine)` on the loop thread between two steps (the only thread that may
-        touch the engine) and wait for it; its exception is raised here."""
+        touch the engine) and wait for it; returns its value, or raises its exception here."""
         done = threading.Event()
         outcome: list[BaseException] = []
+        values: list[T] = []
 
         def run(engine: SpecEngine) -> None:
             try:
-                fn(engine)
+                values.append(fn(engine))
             except BaseException as exc:
                 outcome.append(exc)
             finally:
@@ -114,6 +118,7 @@ class EngineLoop:
             raise EngineStoppedError(f"the engine did not take the change within {timeout_s:g} s")
         if outcome:
             raise outcome[0]
+        return values[0]
 
     def abort(self, request_id: str) -> None:
         """End a request early (no-op if it already ended); its slot is freed at the next step."""

@@ -9,6 +9,7 @@ import torch
 from daemon.runtime.engine.acceptance import AcceptanceEstimate
 from daemon.runtime.engine.request import Request, RequestDelta, RequestOutput
 from daemon.runtime.engine.stop import StopChecker
+from daemon.runtime.sampling.keyed_random import draft_seed_for
 
 
 @dataclass(slots=True)
@@ -21,6 +22,7 @@ class Sequence:
     acceptance: AcceptanceEstimate
     token_ids: list[int] = field(default_factory=list)  # prompt + output
     generator: torch.Generator | None = None  # None for greedy requests
+    draft_seed: int = 0  # keys the proposer's sampled drafts (see sampling/keyed_random.py)
     finish_reason: str | None = None
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
@@ -35,6 +37,7 @@ class Sequence:
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else random.getrandbits(63)
             self.generator = torch.Generator().manual_seed(seed)
+            self.draft_seed = draft_seed_for(params.seed)
 
     @property
     def num_prompt_tokens(self) -> int:

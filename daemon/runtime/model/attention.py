@@ -49,12 +49,40 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
         cache.write(self.layer, meta, k, v)
-        # [B, H_kv, L, D]
-        k_ctx, v_ctx = cache.read(self.layer, meta)
-        # [B, H, T, D]
-        out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k_ctx, v_ctx, attn_mask=meta.mask(self.window), enable_gqa=True
-        )
+        if meta.fork is not None:
+            out = self._grouped_attention(q.transpose(1, 2), meta, cache)  # [B, H, T, D]
+        else:
+            # [B, H_kv, L, D]
+            k_ctx, v_ctx = cache.read(self.layer, meta)
+            # [B, H, T, D]
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k_ctx, v_ctx, attn_mask=meta.mask(self.window), enable_gqa=True
+            )
         # [B, T, H * D]
         out = out.transpose(1, 2).reshape(batch, chunk, self.num_heads * self.head_dim)
         return self.o_proj(out)
+
+    def _grouped_attention(
+        self, q: torch.Tensor, meta: ForwardMetadata, cache: KVCache
+    ) -> torch.Tensor:
+        """Fork batches: q [B, H, T, D] -> [B, H, T, D], rows attending per group (fork_layout)."""
+        fork = meta.fork
+        assert fork is not None
+        _, heads, chunk, dim = q.shape
+        groups, size = fork.num_groups, fork.group_size
+        # [U * R, H, T, D] -> [U, H, R * T, D]: each group's members stacked along the queries
+        members = q.new_zeros((groups * size, heads, chunk, dim))
+        members[fork.member_index] = q
+        grouped = members.view(groups, size, heads, chunk, dim).transpose(1, 2)
+        # [U, H_kv, L + R * Lb, D]
+        k_ctx, v_ctx = cache.read_grouped(self.layer, meta)
+        out = F.scaled_dot_product_attention(
+            grouped.reshape(groups, heads, size * chunk, dim),
+            k_ctx,
+            v_ctx,
+            attn_mask=fork.mask(self.window),
+            enable_gqa=True,
+        )
+        # [U, H, R * T, D] -> [U * R, H, T, D] -> the batch's rows
+        out = out.view(groups, heads, size, chunk, dim).transpose(1, 2)
+        return out.reshape(groups * size, heads, chunk, dim)[fork.member_index]

@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from enum import Enum
 
+NO_FORK = -1  # `ForwardBatch.fork_parents` entry of an ordinary row
+
 
 class LogitsMode(Enum):
     """Which positions a forward pass must return logits for."""
@@ -20,12 +22,20 @@ class ForwardBatch:
     anything cached beyond it is discarded (this is how a rejected draft is rolled back: by
     moving a length, never by copying). Token t of chunk b sits at absolute position
     `start_positions[b] + t` and attends to cache positions `0 .. start_positions[b] + t`.
+
+    Fork rows (runners with `supports_forks`): where `fork_parents[b]` names a slot, row b is
+    a branch of that parent sequence. `slots[b]` is then a *branch slot* (a small cache of the
+    runner's holding only the branch's own tokens), and the row reads cache positions below
+    `fork_positions[b]` from the parent slot, its own positions (from the fork position on)
+    from the branch slot, and writes only there. A branch never copies its parent's context.
     """
 
-    slots: list[int]  # [B]
+    slots: list[int]  # [B] KV-cache slots (branch slots for fork rows)
     token_ids: list[list[int]]  # [B][T_b], every T_b >= 1
     start_positions: list[int]  # [B]
     logits_mode: LogitsMode = LogitsMode.ALL
+    fork_parents: list[int] | None = None  # [B] parent slot of a fork row, NO_FORK otherwise
+    fork_positions: list[int] | None = None  # [B] fork rows: first position the branch owns
 
     def __post_init__(self) -> None:
         num_seqs = len(self.slots)
@@ -33,8 +43,21 @@ class ForwardBatch:
             raise ValueError("slots, token_ids and start_positions must have the same length")
         if any(len(chunk) == 0 for chunk in self.token_ids):
             raise ValueError("every chunk must append at least one token")
-        if len(set(self.slots)) != num_seqs:
-            raise ValueError("a slot may appear only once per batch")
+        if (self.fork_parents is None) != (self.fork_positions is None):
+            raise ValueError("fork_parents and fork_positions go together")
+        if self.fork_parents is not None and self.fork_positions is not None:
+            if len(self.fork_parents) != num_seqs or len(self.fork_positions) != num_seqs:
+                raise ValueError("fork_parents and fork_positions need one entry per row")
+            for b in self.fork_rows:
+                if not 0 <= self.fork_positions[b] <= self.start_positions[b]:
+                    raise ValueError(
+                        f"row {b}: fork position {self.fork_positions[b]} must be in "
+                        f"[0, start position {self.start_positions[b]}]"
+                    )
+        for kind, rows in (("slot", self.plain_rows), ("branch slot", self.fork_rows)):
+            used = [self.slots[b] for b in rows]
+            if len(set(used)) != len(used):
+                raise ValueError(f"a {kind} may appear only once per batch")
 
     @property
     def num_seqs(self) -> int:
@@ -43,6 +66,24 @@ class ForwardBatch:
     @property
     def max_chunk_len(self) -> int:
         return max((len(chunk) for chunk in self.token_ids), default=0)
+
+    @property
+    def has_forks(self) -> bool:
+        return self.fork_parents is not None and any(p != NO_FORK for p in self.fork_parents)
+
+    @property
+    def fork_rows(self) -> list[int]:
+        parents = self.fork_parents
+        return [] if parents is None else [b for b, p in enumerate(parents) if p != NO_FORK]
+
+    @property
+    def plain_rows(self) -> list[int]:
+        parents = self.fork_parents
+        return (
+            list(range(self.num_seqs))
+            if parents is None
+            else [b for b, p in enumerate(parents) if p == NO_FORK]
+        )
 
 
 def group_by_length(lengths: list[int], max_padded_tokens: int) -> list[list[int]]:

@@ -9,6 +9,7 @@ import torch
 
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.batch import ForwardBatch
+from daemon.runtime.model.fork_layout import ForkLayout, build_fork_layout
 
 PAD_TOKEN_ID = 0  # fills chunks shorter than T_max; its K/V are never written, its logits unused
 
@@ -25,6 +26,7 @@ class ForwardMetadata:
     write_positions: torch.Tensor  # [N]
     context_len: int  # L = max(start + T_b): cache positions the batch attends to
     slot_range: tuple[int, int] | None  # (first, last + 1) when slots are consecutive
+    fork: ForkLayout | None = None  # batches with fork rows: writes above are plain rows only
     _masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
 
     def mask(self, window: int | None) -> torch.Tensor:
@@ -43,11 +45,20 @@ class ForwardMetadata:
         return self._masks[window]
 
 
-def check_batch(batch: ForwardBatch, *, num_slots: int, max_model_len: int, vocab_size: int):
+def check_batch(
+    batch: ForwardBatch,
+    *,
+    num_slots: int,
+    max_model_len: int,
+    vocab_size: int,
+    num_branch_slots: int = 0,
+    branch_len: int = 0,
+) -> None:
     """Raise RequestError for a slot, length or token id the runner cannot take."""
-    for slot, chunk, start in zip(batch.slots, batch.token_ids, batch.start_positions, strict=True):
-        if not 0 <= slot < num_slots:
-            raise RequestError(f"slot {slot} out of range: the runner has {num_slots} slots")
+    fork_rows = set(batch.fork_rows)
+    for row, (slot, chunk, start) in enumerate(
+        zip(batch.slots, batch.token_ids, batch.start_positions, strict=True)
+    ):
         if start < 0:
             raise RequestError(f"slot {slot}: start_position {start} is negative")
         if start + len(chunk) > max_model_len:
@@ -57,6 +68,30 @@ def check_batch(batch: ForwardBatch, *, num_slots: int, max_model_len: int, voca
             )
         if min(chunk) < 0 or max(chunk) >= vocab_size:
             raise RequestError(f"slot {slot}: token id out of range [0, {vocab_size})")
+        if row not in fork_rows and not 0 <= slot < num_slots:
+            raise RequestError(f"slot {slot} out of range: the runner has {num_slots} slots")
+    for row in batch.fork_rows:
+        _check_fork_row(batch, row, num_slots, num_branch_slots, branch_len)
+
+
+def _check_fork_row(
+    batch: ForwardBatch, row: int, num_slots: int, num_branch_slots: int, branch_len: int
+) -> None:
+    assert batch.fork_parents is not None and batch.fork_positions is not None
+    if num_branch_slots == 0:
+        raise RequestError("fork rows need a branch cache: this runner has none")
+    branch, parent = batch.slots[row], batch.fork_parents[row]
+    if not 0 <= branch < num_branch_slots:
+        raise RequestError(
+            f"branch slot {branch} out of range: the runner has {num_branch_slots} branch slots"
+        )
+    if not 0 <= parent < num_slots:
+        raise RequestError(f"fork parent slot {parent} out of range: {num_slots} slots")
+    own = batch.start_positions[row] + len(batch.token_ids[row]) - batch.fork_positions[row]
+    if own > branch_len:
+        raise RequestError(
+            f"branch slot {branch}: {own} own positions exceed the branch length {branch_len}"
+        )
 
 
 def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata:
@@ -71,8 +106,15 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
     cols = torch.arange(max_len)
     # [B, T]
     positions = starts[:, None] + torch.minimum(cols[None, :], (lengths - 1)[:, None])
-    # [N] each
-    rows, write_cols = (cols[None, :] < lengths[:, None]).nonzero(as_tuple=True)
+    real = cols[None, :] < lengths[:, None]
+    fork = None
+    if batch.has_forks:
+        fork = build_fork_layout(batch, positions, lengths, device)
+        is_plain = torch.ones(batch.num_seqs, dtype=torch.bool)
+        is_plain[batch.fork_rows] = False
+        real &= is_plain[:, None]
+    # [N] each: the real tokens written to the main cache
+    rows, write_cols = real.nonzero(as_tuple=True)
     first = batch.slots[0]
     consecutive = batch.slots == list(range(first, first + batch.num_seqs))
     tensors = {
@@ -88,5 +130,6 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
     return ForwardMetadata(
         **{name: t.to(device, non_blocking=True) for name, t in tensors.items()},
         context_len=int((starts + lengths).max()),
-        slot_range=(first, first + batch.num_seqs) if consecutive else None,
+        slot_range=(first, first + batch.num_seqs) if consecutive and fork is None else None,
+        fork=fork,
     )

@@ -15,6 +15,8 @@ from daemon.runtime.model.forward_metadata import check_batch
 
 
 class HFCausalLM:
+    supports_forks = False  # fork rows are refused (check_batch: no branch cache)
+
     def __init__(
         self, model: Any, *, num_slots: int, max_model_len: int, device: torch.device
     ) -> None:

@@ -13,11 +13,17 @@ from daemon.runtime.model.kv_cache import KVCache
 from daemon.runtime.model.mlp import GatedMLP
 from daemon.runtime.model.rmsnorm import RMSNorm
 from daemon.runtime.model.rotary import RotaryEmbedding
+from daemon.runtime.model.sharding import shard_config
+from daemon.runtime.parallel.group import TensorParallel
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, config: ModelConfig, layer: int, dtype: torch.dtype, tp: TensorParallel
+    ) -> None:
+        """`config` is this rank's shard of the model (see sharding.shard_config)."""
         super().__init__()
+        self.tp = tp
         eps, hidden = config.rms_norm_eps, config.hidden_size
         self.input_layernorm = RMSNorm(hidden, eps, dtype)
         self.self_attn = Attention(config, layer, dtype)
@@ -32,13 +38,24 @@ class DecoderLayer(nn.Module):
         cache: KVCache,
     ) -> torch.Tensor:
         """`x` [B, T, hidden] -> [B, T, hidden]."""
-        x = x + self.self_attn(self.input_layernorm(x), cos_sin, meta, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        # row-parallel outputs: each rank holds a partial sum, the all-reduce completes it
+        attn = self.tp.all_reduce(self.self_attn(self.input_layernorm(x), cos_sin, meta, cache))
+        x = x + attn
+        return x + self.tp.all_reduce(self.mlp(self.post_attention_layernorm(x)))
 
 
 class LlamaForCausalLM(nn.Module):
     """The lean runner (a `CausalLM`). Weights are created on the meta device: load them with
-    `load_state_dict(..., assign=True)` (see loader.py) before the first forward."""
+    `load_state_dict(..., assign=True)` (see loader.py) before the first forward.
+
+    Supports fork rows (see ForwardBatch) once `enable_forks` has allocated a branch cache.
+
+    With `tp` of size N this is one rank of a tensor-parallel model: it holds 1/N of the heads,
+    K/V heads and MLP columns (sharding.py) and its forward takes part in two all-reduces per
+    layer, so every rank of the group must run the same calls in the same order (see
+    parallel/leader.py)."""
+
+    supports_forks = True
 
     def __init__(
         self,
@@ -48,9 +65,12 @@ class LlamaForCausalLM(nn.Module):
         num_slots: int,
         dtype: torch.dtype,
         device: torch.device,
+        tp: TensorParallel | None = None,
     ) -> None:
         super().__init__()
         self.config = config
+        self.tp = tp or TensorParallel(0, 1)
+        local = shard_config(config, self.tp.size)
         self.vocab_size = config.vocab_size
         self.max_model_len = max_model_len
         self.num_slots = num_slots
@@ -61,7 +81,9 @@ class LlamaForCausalLM(nn.Module):
             # with it triton, which prints binding-leak warnings at exit).
             embed = torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=embed)
-            layers = [DecoderLayer(config, i, dtype) for i in range(config.num_hidden_layers)]
+            layers = [
+                DecoderLayer(local, i, dtype, self.tp) for i in range(config.num_hidden_layers)
+            ]
             self.layers = nn.ModuleList(layers)
             self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
             self.lm_head: nn.Linear | None = None
@@ -71,7 +93,7 @@ class LlamaForCausalLM(nn.Module):
         self.cache = KVCache(
             num_layers=config.num_hidden_layers,
             num_slots=num_slots,
-            num_kv_heads=config.num_key_value_heads,
+            num_kv_heads=local.num_key_value_heads,
             max_model_len=max_model_len,
             head_dim=config.head_dim,
             dtype=dtype,
@@ -86,6 +108,8 @@ class LlamaForCausalLM(nn.Module):
             num_slots=self.num_slots,
             max_model_len=self.max_model_len,
             vocab_size=self.vocab_size,
+            num_branch_slots=self.cache.num_branch_slots,
+            branch_len=self.cache.branch_len,
         )
         meta = build_metadata(batch, self.device)
         cos_sin = self.rotary(meta.positions)
@@ -109,3 +133,13 @@ class LlamaForCausalLM(nn.Module):
         """Nothing to release: the next user of `slot` starts at position 0 and overwrites it."""
         if not 0 <= slot < self.num_slots:
             raise RequestError(f"slot {slot} out of range: the runner has {self.num_slots} slots")
+
+    def enable_forks(self, num_branch_slots: int, branch_len: int) -> None:
+        """Allocate the branch cache: `num_branch_slots` branches of `branch_len` own positions
+        each (a branch's context stays in its parent slot)."""
+        self.cache.enable_branches(num_branch_slots, branch_len)
+
+    def promote(self, branch_slot: int, parent_slot: int, fork_position: int, length: int) -> None:
+        """The branch won: its first `length` own positions become the parent's positions
+        `fork_position ..`; the parent then continues exactly as the branch would have."""
+        self.cache.promote(branch_slot, parent_slot, fork_position, length)

@@ -1,6 +1,7 @@
 """load_model: a Hugging Face model directory -> a CausalLM (lean runner or HF fallback)."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,17 @@ from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.config import DTYPES, LEAN_ARCHITECTURES, LEAN_ROPE_TYPES, ModelConfig
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.model.sharding import ROW_PARALLEL, full_shape, rank_part, shard_row_parallel
 from daemon.runtime.model.weights import TensorReader, open_checkpoint
+from daemon.runtime.parallel.group import TensorParallel
 
 DTYPE_CHOICES = ("auto", *DTYPES)
 BACKENDS = ("auto", "lean", "hf")
 DEFAULT_MAX_MODEL_LEN = 4096
 FUSED_PARTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+# Called as weights arrive: (bytes loaded so far, total bytes). Any thread; must not block.
+LoadProgress = Callable[[int, int], None]
 
 
 def load_model(
@@ -26,11 +32,16 @@ def load_model(
     num_slots: int = 8,
     max_model_len: int | None = None,
     backend: str = "auto",
+    progress: LoadProgress | None = None,
+    tp: TensorParallel | None = None,
 ) -> CausalLM:
     """Load the checkpoint in `path` (config.json + safetensors) with `num_slots` KV-cache slots.
 
     backend: "lean" (Llama, Qwen2, Qwen3, Mistral), "hf" (transformers' AutoModelForCausalLM),
     or "auto" (lean where supported, else hf). dtype "auto" is the checkpoint's own dtype.
+    progress: told (bytes loaded, total bytes) as weights arrive (per tensor on the lean path;
+    at start and end on the transformers path).
+    tp: load this rank's shard of a tensor-parallel model (lean runner only).
     """
     model_dir = Path(path)
     raw = read_raw_config(model_dir)
@@ -45,16 +56,29 @@ def load_model(
     torch_device = torch.device(device)
     if _use_lean(raw, backend, source):
         config = ModelConfig.from_dict(raw, source=source)
-        return load_lean(model_dir, config, torch_dtype, torch_device, num_slots, max_len)
+        return load_lean(
+            model_dir, config, torch_dtype, torch_device, num_slots, max_len, progress, tp
+        )
+    if tp is not None and tp.size > 1:
+        raise ModelLoadError(
+            f"{source}: tensor parallelism needs the lean runner, which does not support this "
+            "architecture"
+        )
     from daemon.runtime.model.hf_fallback import HFCausalLM
 
-    return HFCausalLM.load(
+    total_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    if progress is not None:
+        progress(0, total_bytes)
+    model = HFCausalLM.load(
         model_dir,
         dtype=torch_dtype,
         device=torch_device,
         num_slots=num_slots,
         max_model_len=max_len,
     )
+    if progress is not None:
+        progress(total_bytes, total_bytes)
+    return model
 
 
 def read_raw_config(model_dir: Path) -> dict[str, Any]:
@@ -121,15 +145,22 @@ def load_lean(
     device: torch.device,
     num_slots: int,
     max_model_len: int,
+    progress: LoadProgress | None = None,
+    tp: TensorParallel | None = None,
 ) -> LlamaForCausalLM:
     model = LlamaForCausalLM(
-        config, max_model_len=max_model_len, num_slots=num_slots, dtype=dtype, device=device
+        config, max_model_len=max_model_len, num_slots=num_slots, dtype=dtype, device=device, tp=tp
     )
+    params = model.state_dict()
+    total_bytes = sum(p.numel() * p.element_size() for p in params.values())
+    done_bytes = 0
+    state: dict[str, torch.Tensor] = {}
     with open_checkpoint(model_dir) as reader:
-        state = {
-            name: _load_param(reader, name, param, model).to(device=device, dtype=dtype)
-            for name, param in model.state_dict().items()
-        }
+        for name, param in params.items():
+            state[name] = _load_param(reader, name, param, model).to(device=device, dtype=dtype)
+            done_bytes += param.numel() * param.element_size()
+            if progress is not None:
+                progress(done_bytes, total_bytes)
     model.load_state_dict(state, strict=True, assign=True)
     return model.requires_grad_(False).eval()
 
@@ -137,17 +168,28 @@ def load_lean(
 def _load_param(
     reader: TensorReader, name: str, param: torch.Tensor, model: LlamaForCausalLM
 ) -> torch.Tensor:
-    """The checkpoint tensor(s) for lean parameter `name`, fused parts concatenated on dim 0."""
+    """The checkpoint tensor(s) for lean parameter `name`, fused parts concatenated on dim 0;
+    on a tensor-parallel rank, this rank's shard of them (sharding.py)."""
     hf_name = name if name.startswith("lm_head.") else f"model.{name}"
     prefix, module_name, kind = ("", *hf_name.rsplit(".", 2))[-3:]
+    rank, size = model.tp.rank, model.tp.size
+    if module_name in ROW_PARALLEL and size > 1:
+        whole = _checked(reader, hf_name, full_shape(module_name, kind, tuple(param.shape), size))
+        return shard_row_parallel(whole, kind, rank, size)
     if module_name not in FUSED_PARTS:
         return _checked(reader, hf_name, tuple(param.shape))
     parts = FUSED_PARTS[module_name]
     owner = model.get_submodule(name.rsplit(".", 2)[0])
     sizes = getattr(owner, "split_sizes", None) or (param.shape[0] // len(parts),) * len(parts)
+    # each part whole as the checkpoint holds it, then this rank's rows of it
     tensors = [
-        _checked(reader, f"{prefix}.{part}.{kind}", (size, *param.shape[1:]))
-        for part, size in zip(parts, sizes, strict=True)
+        rank_part(
+            _checked(reader, f"{prefix}.{part}.{kind}", (local * size, *param.shape[1:])),
+            0,
+            rank,
+            size,
+        )
+        for part, local in zip(parts, sizes, strict=True)
     ]
     return torch.cat(tensors, dim=0)
 

@@ -28,3 +28,22 @@ class CausalLM(Protocol):
     def free_slot(self, slot: int) -> None:
         """Forget the slot's cache (a finished sequence); the slot may be reused."""
         ...
+
+
+class ForkingCausalLM(CausalLM, Protocol):
+    """A runner that takes fork rows (see ForwardBatch): branches of a sequence that read the
+    parent slot's context and keep only their own few tokens in a branch cache."""
+
+    supports_forks: bool
+
+    def enable_forks(self, num_branch_slots: int, branch_len: int) -> None:
+        """Allocate the branch cache (existing branches are forgotten)."""
+        ...
+
+    def promote(self, branch_slot: int, parent_slot: int, fork_position: int, length: int) -> None:
+        """Copy the branch's first `length` own positions into the parent at the fork."""
+        ...
+
+
+def supports_forks(model: CausalLM) -> bool:
+    return bool(getattr(model, "supports_forks", False))

@@ -18,7 +18,9 @@ class ProposeRequest:
     token_ids: list[list[int]]  # [B] each sequence's committed tokens (prompt + output); read-only
     num_to_draft: list[int]  # [B] k_b >= 0; the proposer may return fewer, never more
     params: list[SamplingParams]  # [B]
-    generators: list[torch.Generator | None]  # [B] per-request randomness (None: greedy)
+    # [B] per-request draft seeds: a sampled draft at absolute position p of request b is a
+    # function of (draft_seeds[b], p) alone (see sampling/keyed_random.py); unused if greedy
+    draft_seeds: list[int]
 
 
 @dataclass(slots=True)

@@ -1,39 +1,37 @@
-"""A separate small draft model as proposer.
+"""A separate small draft model as proposer, able to pre-draft the next round's branches.
 
 The draft keeps its own KV cache in step with the verifier lazily: it remembers which tokens
-it has cached past the last committed prefix (its own drafts) and, next round, keeps exactly
-the part of them that the verifier committed — a rollback by moving a length, never a copy.
+it has cached past the last committed prefix (its own drafts, guesses) and, next time, keeps
+exactly the part of them that the verifier committed — a rollback by moving a length.
+
+`prepare` (while the verifier checks the outstanding proposal d_0..d_{m-1}) drafts branches for
+likely verdicts, every sequence's branches batched in one forward per step: the all-accepted
+branch in the main slot (feed d_{m-1}, take the draft's best guess g for the bonus token,
+draft k after it) and, in fork rows that read the main slot's context and keep only their own
+tokens, k drafts after the draft's other likely guesses — for the correction after a < m
+accepted drafts (its best tokens at position a other than d_a) and for the bonus — chosen by
+branch_planner.py within a budget of rows per sequence. Drafts use the same keyed randomness
+as fresh drafting, so a branch holds exactly what a fresh draft of its prefix would. `adopt`
+then follows the branch the verdict matched: the main slot already holds the all-accepted
+branch, a fork branch is promoted into it, so the next round needs no re-feeding.
 """
 
 import time
-from dataclasses import dataclass, field
+from typing import cast
 
+from daemon.runtime.errors import RequestError
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length
-from daemon.runtime.model.protocol import CausalLM
-from daemon.runtime.proposers.base import (
-    PLACEHOLDER_TOKEN_ID,
-    Proposals,
-    ProposeRequest,
-    empty_proposals,
-)
+from daemon.runtime.model.protocol import CausalLM, ForkingCausalLM, supports_forks
+from daemon.runtime.proposers.base import Proposals, ProposeRequest, empty_proposals
+from daemon.runtime.proposers.branch_planner import BranchPlanner, SequencePlan
+from daemon.runtime.proposers.draft_rows import DraftRow, SlotState, run_rows
 from daemon.runtime.proposers.draft_sampling import DraftSampler
+from daemon.runtime.proposers.drafts import NO_BRANCH, DraftRecord, PreparedBranch, pack_records
 
-
-@dataclass(slots=True)
-class _SlotState:
-    committed_len: int  # leading tokens of the sequence held in the draft cache, all committed
-    speculative: list[int] = field(default_factory=list)  # own drafts cached after them
-
-
-@dataclass(slots=True)
-class _Active:
-    """One sequence drafting this round."""
-
-    row: int  # row in the ProposeRequest
-    slot: int
-    num_to_draft: int
-    next_pos: int  # absolute position of the next token to feed
-    chunk: list[int]  # tokens to feed next (catch-up tail first, then one draft at a time)
+DEFAULT_BRANCH_WIDTH = 3  # guesses considered per position (see bench/remote_branches.py)
+DEFAULT_MAX_BRANCHES = 6  # rows per sequence when preparing, the main one included (at most)
+DEFAULT_MIN_BRANCH_PROB = 0.005  # a fork less likely than this is not prepared
+DEFAULT_MAX_BRANCH_K = 8  # drafts per branch the branch cache is sized for
 
 
 class DraftModelProposer:
@@ -42,13 +40,39 @@ class DraftModelProposer:
     name = "draft_model"
 
     def __init__(
-        self, model: CausalLM, sparse_top_k: int = 32, max_prefill_tokens: int = 8192
+        self,
+        model: CausalLM,
+        sparse_top_k: int = 32,
+        max_prefill_tokens: int = 8192,
+        *,
+        branch_width: int = DEFAULT_BRANCH_WIDTH,
+        max_branches: int = DEFAULT_MAX_BRANCHES,
+        max_branch_k: int = DEFAULT_MAX_BRANCH_K,
+        min_branch_prob: float = DEFAULT_MIN_BRANCH_PROB,
+        is_branching: bool = False,
     ) -> None:
+        """is_branching: record, from the first proposal on, what `prepare` plans with (the
+        draft's alternatives and probabilities at every position); it also turns on by itself
+        at the first `prepare`. Off, in-process drafting does no work it never uses."""
         self.model = model
         self.max_prefill_tokens = max_prefill_tokens  # padded tokens per prefill pass
-        self.sampler = DraftSampler(sparse_top_k=sparse_top_k)
-        self._states: dict[int, _SlotState] = {}
+        # Runners without fork rows (the transformers fallback) prepare the main branch only.
+        self._forking = cast(ForkingCausalLM, model) if supports_forks(model) else None
+        self.planner = BranchPlanner(
+            max_branches=max_branches if self._forking is not None else 1,
+            branch_width=branch_width,
+            max_branch_k=max_branch_k,
+            max_model_len=model.max_model_len,
+            min_branch_prob=min_branch_prob,
+        )
+        self.sampler = DraftSampler(sparse_top_k, num_alternatives=branch_width + 1)
+        self._forks_ready = False  # the branch cache is allocated at the first `prepare`
+        self.is_branching = is_branching
+        self._states: dict[int, SlotState] = {}
+        self._outstanding: dict[int, DraftRecord] = {}  # the proposal the verifier checks
+        self._plans: dict[int, SequencePlan] = {}  # the last prepare's, until adopted
 
+    # -- sequences ------------------------------------------------------------------------
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
         for group in group_by_length([len(p) for p in prompts], self.max_prefill_tokens):
             self._prefill([slots[i] for i in group], [prompts[i] for i in group])
@@ -57,62 +81,147 @@ class DraftModelProposer:
         batch = ForwardBatch(slots, prompts, [0] * len(slots), LogitsMode.NONE)
         self.model.forward(batch)
         for slot, prompt in zip(slots, prompts, strict=True):
-            self._states[slot] = _SlotState(committed_len=len(prompt))
+            self._forget(slot)
+            self._states[slot] = SlotState(num_committed=len(prompt))
+            self._outstanding[slot] = DraftRecord()  # no proposal yet: m = 0
 
     def release(self, slot: int) -> None:
-        self._states.pop(slot, None)
+        self._forget(slot)
         self.model.free_slot(slot)
 
+    def _forget(self, slot: int) -> None:
+        self._states.pop(slot, None)
+        self._outstanding.pop(slot, None)
+        self._plans.pop(slot, None)
+
+    # -- fresh drafts -----------------------------------------------------------------------
     def propose(self, request: ProposeRequest) -> Proposals:
         num_seqs = len(request.slots)
-        active = [
-            self._activate(request, row) for row in range(num_seqs) if request.num_to_draft[row] > 0
-        ]
-        if not active:
+        records = [DraftRecord() for _ in range(num_seqs)]
+        rows: list[DraftRow] = []
+        for b, slot in enumerate(request.slots):
+            self._plans.pop(slot, None)
+            self._outstanding[slot] = records[b]
+            tokens = request.token_ids[b]
+            k = min(request.num_to_draft[b], self.model.max_model_len - len(tokens))
+            if k > 0:
+                row = self._activate(request, b, [], k)
+                row.record = records[b]
+                rows.append(row)
+        if not rows:
             return empty_proposals(num_seqs)
         start = time.perf_counter()
-        self.sampler.begin(request, max(a.num_to_draft for a in active))
-        step = 0
-        while active:
-            logits = self.model.forward(  # [A, V]
-                ForwardBatch(
-                    [a.slot for a in active],
-                    [a.chunk for a in active],
-                    [a.next_pos for a in active],
-                    LogitsMode.LAST,
-                )
-            )
-            assert logits is not None
-            tokens = self.sampler.sample(logits, [a.row for a in active], step)
-            active = self._advance(active, tokens, step)
-            step += 1
-        proposals = self.sampler.finish()
+        run_rows(self.model, self.sampler, rows, with_alternatives=self.is_branching)
+        proposals = pack_records(records)
         proposals.draft_time_s = time.perf_counter() - start
         return proposals
 
-    def _activate(self, request: ProposeRequest, row: int) -> _Active:
-        """Roll the slot's cache back to what the verifier committed; queue the catch-up tail."""
-        slot, tokens = request.slots[row], request.token_ids[row]
-        state = self._states[slot]
-        new = tokens[state.committed_len :]
+    def _activate(self, request: ProposeRequest, b: int, tail: list[int], k: int) -> DraftRow:
+        """A main row that leaves the slot holding committed + `tail`: it feeds from the first
+        position the cache does not already hold (at least the last token: its logits are
+        needed), rolling back whatever the verifier did not commit."""
+        slot, committed = request.slots[b], request.token_ids[b]
+        state = self._states.get(slot)
+        if state is None:
+            raise RequestError(f"slot {slot}: not admitted to the draft model")
+        base = min(state.num_committed, len(committed))
+        wanted = committed[base:] + tail  # what should follow the trusted prefix
         keep = 0
-        for mine, theirs in zip(state.speculative, new, strict=False):
+        for mine, theirs in zip(state.speculative, wanted, strict=False):
             if mine != theirs:
                 break
             keep += 1
-        # Always re-feed at least the last token: its logits give the first draft.
-        cached = min(state.committed_len + keep, len(tokens) - 1)
-        state.committed_len, state.speculative = len(tokens), []
-        return _Active(row, slot, request.num_to_draft[row], cached, tokens[cached:])
+        start = min(base + keep, len(committed) + len(tail) - 1)
+        chunk = committed[start:] + tail[max(0, start - len(committed)) :]
+        state.num_committed, state.speculative = len(committed), list(tail)
+        return DraftRow(
+            slot=slot,
+            chunk=chunk,
+            next_pos=start,
+            num_to_draft=k,
+            temperature=request.params[b].temperature,
+            draft_seed=request.draft_seeds[b],
+            state=state,
+        )
 
-    def _advance(self, active: list[_Active], tokens: list[int], step: int) -> list[_Active]:
-        """Feed each new draft next step; drop sequences that have drafted enough."""
-        still: list[_Active] = []
-        for act, token in zip(active, tokens, strict=True):
-            if token == PLACEHOLDER_TOKEN_ID or step + 1 >= act.num_to_draft:
+    # -- branches ---------------------------------------------------------------------------
+    def prepare(
+        self, request: ProposeRequest, max_branches: int | None = None
+    ) -> list[list[PreparedBranch]]:
+        """Pre-draft the likely verdicts of each slot's outstanding proposal (module doc),
+        at most `max_branches` per sequence (default and ceiling: the proposer's own)."""
+        self.is_branching = True
+        budget = min(max_branches or self.planner.max_branches, self.planner.max_branches)
+        self._ensure_forks()
+        plans: dict[int, SequencePlan] = {}
+        rows: list[DraftRow] = []
+        for b, slot in enumerate(request.slots):
+            self._plans.pop(slot, None)
+            record = self._outstanding.get(slot)
+            k = min(request.num_to_draft[b], self.planner.max_branch_k)
+            if k <= 0 or record is None or slot not in self._states:
                 continue
-            self._states[act.slot].speculative.append(token)
-            act.next_pos += len(act.chunk)
-            act.chunk = [token]
-            still.append(act)
-        return still
+            plan = self._plan(request, b, record, k, max(0, budget - 1))
+            plans[slot] = plan
+            rows.extend([plan.main] if plan.main is not None else [])
+            rows.extend(f.row for f in plan.forks)
+
+        def on_guess(main: DraftRow, guesses: list[int], probs: list[float]) -> list[DraftRow]:
+            return self.planner.on_guess(plans[main.slot], guesses, probs)
+
+        num_guesses = self.planner.branch_width if budget > 1 else 1
+        run_rows(self.model, self.sampler, rows, num_guesses, on_guess)
+        self._plans.update(plans)
+        return [
+            [br.branch for br in plans[slot].branches()] if slot in plans else []
+            for slot in request.slots
+        ]
+
+    def _plan(
+        self, request: ProposeRequest, b: int, record: DraftRecord, k: int, num_forks: int
+    ) -> SequencePlan:
+        """The guessing main row (all accepted) and the correction forks of one sequence."""
+        num_committed = len(request.token_ids[b])
+        plan = SequencePlan(
+            slot=request.slots[b],
+            record=record,
+            num_committed=num_committed,
+            k=k,
+            temperature=request.params[b].temperature,
+            draft_seed=request.draft_seeds[b],
+            num_forks=num_forks,
+        )
+        room = self.model.max_model_len - (num_committed + len(record))
+        if min(k, room) > 0:
+            plan.main = self._activate(request, b, record.tokens, min(k, room))
+            plan.main.is_guessing = True
+        self.planner.plan_corrections(plan)
+        return plan
+
+    def _ensure_forks(self) -> None:
+        if self._forking is not None and not self._forks_ready and self.planner.forks_per_slot:
+            num_branch_slots = self.model.num_slots * self.planner.forks_per_slot
+            self._forking.enable_forks(num_branch_slots, self.planner.max_branch_k)
+            self._forks_ready = True
+
+    def adopt(self, slot: int, branch: int, num_used: int, committed: list[int]) -> None:
+        """The verifier committed `committed` since the last update; its verdict matched
+        prepared branch number `branch`, whose first `num_used` drafts it now checks
+        (NO_BRANCH: none did; it checks a fresh proposal, or none)."""
+        plan = self._plans.pop(slot, None)
+        record = self._outstanding.pop(slot, None)
+        if record is not None:
+            self.planner.observe(record, plan.bonus_guesses if plan else [], committed)
+        if branch == NO_BRANCH:
+            # the verifier drafts afresh (a propose follows) or goes without drafts: m = 0
+            self._outstanding[slot] = DraftRecord()
+            return
+        branches = plan.branches() if plan is not None else []
+        if not 0 <= branch < len(branches):
+            raise RequestError(f"slot {slot}: no prepared branch {branch}")
+        chosen = branches[branch]
+        row = chosen.row
+        if row.is_fork and self._forking is not None:
+            self._forking.promote(row.slot, slot, row.fork_position, len(row.fed))
+            self._states[slot] = SlotState(row.fork_position, list(row.fed))
+        self._outstanding[slot] = chosen.branch.drafts.truncated(num_used)

@@ -1,76 +1,114 @@
-"""How a draft model turns its logits into proposals.
+"""How a draft model turns one step's logits into draft tokens.
 
-Greedy requests draft the argmax (a point mass). Sampled requests draft from the draft's own
-distribution at the request's temperature, truncated to its top `sparse_top_k` tokens and
-renormalised; that sparse (ids, probs) pair is what the verifier receives, so the rejection
-sampler knows q exactly and the output keeps the target's distribution.
+Greedy rows draft the argmax (a point mass). Sampled rows draft from the draft's own
+distribution at the request's temperature, truncated to its top `sparse_top_k` tokens,
+renormalised and quantised to integer counts out of N = 2^15 (sampling/quantized.py); the
+token is the one whose cumulative count range holds the integer draw of (draft seed, absolute
+position) (sampling/keyed_random.py). Those counts are what the verifier receives, so it knows
+q exactly, and the same prefix drafts the same token wherever and whenever it is drafted.
+
+With `with_alternatives`, every row also reports the draft's best tokens at that position
+and their probabilities (its guesses for a correction there, used to plan pre-drafted
+branches); without, only the token (no extra work over the vocabulary).
 """
+
+from dataclasses import dataclass
 
 import torch
 
-from daemon.runtime.proposers.base import PLACEHOLDER_TOKEN_ID, Proposals, ProposeRequest
+from daemon.runtime.proposers.drafts import SparseDraw
+from daemon.runtime.sampling.keyed_random import keyed_draw
 from daemon.runtime.sampling.logits import process_logits, sparse_top_k
-from daemon.runtime.sampling.random import sample_sparse
+from daemon.runtime.sampling.quantized import (
+    PROPOSAL_BITS,
+    PROPOSAL_TOTAL,
+    quantize_counts,
+    sample_from_counts,
+)
+
+
+@dataclass(slots=True)
+class RowKey:
+    """What a row's draft depends on besides its logits."""
+
+    temperature: float  # 0: greedy
+    draft_seed: int
+    position: int  # absolute position of the token being drafted
+
+
+@dataclass(slots=True)
+class DraftStep:
+    token: int
+    sparse: SparseDraw | None  # None: greedy (a point mass)
+    alternatives: list[int]  # the draft's best tokens here, best first
+    alternative_probs: list[float]  # their probabilities (temperature 1 for greedy rows)
+    token_prob: float  # the probability of `token` itself
 
 
 class DraftSampler:
-    """Collects one round's draft tokens (and their sparse distributions) step by step."""
-
-    def __init__(self, sparse_top_k: int) -> None:
+    def __init__(self, sparse_top_k: int, num_alternatives: int = 1) -> None:
         if sparse_top_k < 1:
             raise ValueError(f"sparse_top_k must be >= 1, got {sparse_top_k}")
+        if num_alternatives < 1:
+            raise ValueError(f"num_alternatives must be >= 1, got {num_alternatives}")
         self.sparse_top_k = sparse_top_k
-        self._request: ProposeRequest | None = None
-        self._drafts = torch.empty(0, 0, dtype=torch.long)  # [B, K]
-        self._num: list[int] = []
-        self._sparse_ids: torch.Tensor | None = None  # [B, K, S]
-        self._sparse_probs: torch.Tensor | None = None  # [B, K, S]
+        self.num_alternatives = num_alternatives  # best tokens reported per row
 
-    def begin(self, request: ProposeRequest, max_k: int) -> None:
-        num_seqs = len(request.slots)
-        self._request = request
-        self._drafts = torch.full((num_seqs, max_k), PLACEHOLDER_TOKEN_ID, dtype=torch.long)
-        self._num = [0] * num_seqs
-        self._sparse_ids = self._sparse_probs = None
-        if any(not p.is_greedy for p in request.params):
-            self._sparse_ids = torch.zeros((num_seqs, max_k, self.sparse_top_k), dtype=torch.long)
-            self._sparse_probs = torch.zeros((num_seqs, max_k, self.sparse_top_k))
-
-    def sample(self, logits: torch.Tensor, rows: list[int], step: int) -> list[int]:
-        """logits: [A, V] float32 for the sequences in `rows`; returns one token per row."""
-        assert self._request is not None
-        params = [self._request.params[r] for r in rows]
-        tokens = logits.argmax(dim=-1)  # [A]
-        sampled = [i for i, p in enumerate(params) if not p.is_greedy]
+    def sample(
+        self, logits: torch.Tensor, keys: list[RowKey], with_alternatives: bool = True
+    ) -> list[DraftStep]:
+        """logits [A, V] float32, one key per row -> one draft per row."""
+        if with_alternatives:
+            best_ids, best_probs = self.best(logits, [k.temperature for k in keys])
+        else:
+            best_ids = [[t] for t in logits.argmax(dim=-1).tolist()]
+            best_probs = [[1.0]] * len(keys)  # not estimated
+        steps = [
+            DraftStep(ids[0], None, ids, probs, probs[0])
+            for ids, probs in zip(best_ids, best_probs, strict=True)
+        ]
+        sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
         if sampled:
-            tokens[sampled] = self._sample_rows(logits[sampled], [rows[i] for i in sampled], step)
-        self._drafts[rows, step] = tokens
-        for r in rows:
-            self._num[r] = step + 1
-        return tokens.tolist()
+            rows = self._sample_rows(logits[sampled], [keys[i] for i in sampled])
+            for i, (token, sparse) in zip(sampled, rows, strict=True):
+                step = steps[i]
+                step.token, step.sparse = token, sparse
+                if with_alternatives:
+                    step.token_prob = _prob_of(sparse, token)
+        return steps
 
-    def _sample_rows(self, logits: torch.Tensor, rows: list[int], step: int) -> torch.Tensor:
-        """logits: [A', V]; draws from the sparse top-k distribution and records it."""
-        assert self._request is not None and self._sparse_ids is not None
-        assert self._sparse_probs is not None
-        temperature = torch.tensor([self._request.params[r].temperature for r in rows])
-        num_rows = len(rows)
+    def best(
+        self, logits: torch.Tensor, temperatures: list[float], num: int | None = None
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """The `num` (default num_alternatives) most likely tokens of each row [A, V] and their
+        probabilities at the row's temperature (1 for greedy rows), best first."""
+        num = min(num or self.num_alternatives, logits.shape[-1])
+        temps = torch.tensor([t if t > 0.0 else 1.0 for t in temperatures]).unsqueeze(-1)
+        scaled = logits / temps  # [A, V]
+        top, ids = scaled.topk(num, dim=-1)  # [A, W]
+        probs = (top - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
+        return ids.tolist(), probs.tolist()
+
+    def _sample_rows(
+        self, logits: torch.Tensor, keys: list[RowKey]
+    ) -> list[tuple[int, SparseDraw]]:
+        """logits [A', V] of sampled rows -> (token, counts it was drawn from) per row."""
+        num_rows = len(keys)
         probs = process_logits(  # [A', V]
             logits,
-            temperature,
+            torch.tensor([k.temperature for k in keys]),
             torch.zeros(num_rows, dtype=torch.long),
             torch.ones(num_rows),
         )
         ids, sparse = sparse_top_k(probs, min(self.sparse_top_k, probs.shape[-1]))  # [A', S]
-        width = ids.shape[-1]
-        self._sparse_ids[rows, step, :width] = ids
-        self._sparse_probs[rows, step, :width] = sparse
-        return sample_sparse(ids, sparse, [self._request.generators[r] for r in rows])
+        counts = quantize_counts(sparse)  # [A', S] int64, rows sum to 2^15
+        draws = torch.tensor([keyed_draw(k.draft_seed, k.position, PROPOSAL_BITS) for k in keys])
+        choice = sample_from_counts(counts, draws)  # [A']
+        tokens = ids.gather(-1, choice.unsqueeze(-1)).squeeze(-1).tolist()
+        return [(token, SparseDraw(ids[r], counts[r])) for r, token in enumerate(tokens)]
 
-    def finish(self) -> Proposals:
-        return Proposals(
-            draft_token_ids=self._drafts,
-            num_draft_tokens=self._num,
-            sparse_ids=self._sparse_ids,
-            sparse_probs=self._sparse_probs,
-        )
+
+def _prob_of(sparse: SparseDraw, token: int) -> float:
+    """q(token) under the counts it was drawn from."""
+    hits = sparse.counts[sparse.ids == token]
+    return float(hits.sum()) / PROPOSAL_TOTAL

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from daemon.runtime.errors import RequestError
 
 MAX_STOP_STRINGS = 16
+MAX_TOP_K = 2**31 - 1  # past any vocabulary; keeps top_k a machine integer
 
 
 @dataclass(slots=True)
@@ -26,16 +27,20 @@ class SamplingParams:
             raise RequestError(f"temperature must be in [0, 100], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise RequestError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise RequestError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0 <= self.top_k <= MAX_TOP_K:
+            raise RequestError(
+                f"top_k must be in [0, {MAX_TOP_K}] (0 disables it), got {self.top_k}"
+            )
         if self.max_tokens < 1:
             raise RequestError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if len(self.stop) > MAX_STOP_STRINGS:
             raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
         if any(s == "" for s in self.stop):
             raise RequestError("stop strings must not be empty")
-        if any(t < 0 for t in self.stop_token_ids):
-            raise RequestError(f"stop_token_ids must be >= 0, got {list(self.stop_token_ids)}")
+        if any(not 0 <= t <= MAX_TOP_K for t in self.stop_token_ids):
+            raise RequestError(
+                f"stop_token_ids must be in [0, {MAX_TOP_K}], got {list(self.stop_token_ids)}"
+            )
 
     @property
     def is_greedy(self) -> bool:

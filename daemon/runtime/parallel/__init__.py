@@ -1,0 +1,1 @@
+"""Parallel shapes of one model: tensor parallelism across ranks of one node."""

@@ -1,0 +1,77 @@
+"""A tensor-parallel group: this rank, the group's size, and the process group that carries its
+collectives (gloo on CPU, NCCL on GPU), every collective bounded by the group's timeout."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from daemon.runtime.errors import ModelLoadError
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class TensorParallel:
+    """Rank `rank` of `size`; `group` is None only for size 1 (no collectives at all)."""
+
+    rank: int
+    size: int
+    group: Any = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    control_group: Any = None  # gloo: rank 0's commands (the same group when it is gloo)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.size:
+            raise ValueError(f"tensor-parallel rank {self.rank} out of range for size {self.size}")
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum `x` over the ranks in place (the partial outputs of row-parallel layers)."""
+        if self.size > 1:
+            torch.distributed.all_reduce(x, group=self.group)
+        return x
+
+
+def init_group(
+    rank: int,
+    size: int,
+    address: str,
+    *,
+    backend: str = "gloo",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> TensorParallel:
+    """Join the group whose rendezvous is `address` ("host:port", served by rank 0). Every
+    collective of the group, the rendezvous included, fails after `timeout_s` instead of
+    waiting forever for a rank that is gone."""
+    if size == 1:
+        return TensorParallel(0, 1)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        raise ModelLoadError("this process already belongs to a process group")
+    try:
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{address}",
+            rank=rank,
+            world_size=size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+    except (RuntimeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"tensor-parallel rank {rank} of {size} could not join the group at {address} "
+            f"within {timeout_s:.0f} s: {exc}"
+        ) from exc
+    world = dist.group.WORLD
+    control = world if backend == "gloo" else dist.new_group(backend="gloo")
+    return TensorParallel(rank, size, world, timeout_s, control)
+
+
+def leave_group(tp: TensorParallel) -> None:
+    if tp.size > 1 and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

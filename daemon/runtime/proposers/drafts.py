@@ -1,0 +1,150 @@
+"""Drafts as a proposer keeps them, and the pre-drafted branches for the next round.
+
+A `DraftRecord` is one sequence's drafts, position by position: the token, the exact sparse
+counts it was drawn from (sampled drafts; see sampling/quantized.py) and the proposer's best
+tokens at that position, which are its guesses for the verifier's correction there.
+
+While the verifier checks a proposal of m drafts d_0..d_{m-1} after n committed tokens, a
+branching proposer pre-drafts the next round for likely verdicts. A verdict is (a, t): a drafts
+accepted, then token t at position n + a (the correction when a < m, the bonus when a == m).
+Branch (a, t) holds the drafts that would follow the committed prefix + d_0..d_{a-1} + t.
+"""
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from daemon.runtime.proposers.base import (
+    PLACEHOLDER_TOKEN_ID,
+    Proposals,
+    Proposer,
+    ProposeRequest,
+)
+from daemon.runtime.sampling.quantized import counts_to_probs
+
+NO_BRANCH = -1  # `adopt`: the verdict matched no prepared branch
+
+
+@dataclass(slots=True)
+class SparseDraw:
+    """The distribution one sampled draft was drawn from: counts out of PROPOSAL_TOTAL."""
+
+    ids: torch.Tensor  # [S] int64; entries with count 0 are padding
+    counts: torch.Tensor  # [S] int64, summing to PROPOSAL_TOTAL
+
+
+@dataclass(slots=True)
+class DraftRecord:
+    """Drafts position by position. `alternatives` and the probabilities are the proposer's
+    own notes for planning branches (they do not cross the wire)."""
+
+    tokens: list[int] = field(default_factory=list)
+    sparse: list[SparseDraw | None] = field(default_factory=list)  # None: a point mass
+    alternatives: list[list[int]] = field(default_factory=list)  # best tokens, best first
+    token_probs: list[float] = field(default_factory=list)  # the draft's prob of its token
+    alternative_probs: list[list[float]] = field(default_factory=list)
+
+    def append(
+        self,
+        token: int,
+        sparse: SparseDraw | None,
+        alternatives: list[int],
+        token_prob: float = 1.0,
+        alternative_probs: list[float] | None = None,
+    ) -> None:
+        self.tokens.append(token)
+        self.sparse.append(sparse)
+        self.alternatives.append(alternatives)
+        self.token_probs.append(token_prob)
+        self.alternative_probs.append(alternative_probs or [0.0] * len(alternatives))
+
+    def truncated(self, num: int) -> "DraftRecord":
+        return DraftRecord(
+            self.tokens[:num],
+            self.sparse[:num],
+            self.alternatives[:num],
+            self.token_probs[:num],
+            self.alternative_probs[:num],
+        )
+
+    def prefix_prob(self, num: int) -> float:
+        """The draft's own estimate that its first `num` drafts are all accepted."""
+        prob = 1.0
+        for p in self.token_probs[:num]:
+            prob *= p
+        return prob
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(slots=True)
+class PreparedBranch:
+    num_accepted: int  # a: drafts of the outstanding proposal this branch assumes accepted
+    token: int  # t: the correction (a < m) or bonus (a == m) token it assumes next
+    drafts: DraftRecord  # what the proposer drafts after them
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.num_accepted, self.token
+
+
+class BranchingProposer(Proposer, Protocol):
+    """A proposer that can pre-draft the next round while the verifier checks this one.
+
+    `prepare` takes the same request as `propose` (committed tokens, drafts wanted per branch)
+    and works from the outstanding proposal: the last one `propose` returned for each slot, or
+    the branch `adopt` made current. `adopt` is told what the verifier committed since the
+    last update (the verdict, which a proposer may learn from) and moves the slot onto the
+    branch that verdict matched (NO_BRANCH: none did, so the next round drafts afresh), whose
+    first `num_used` drafts the verifier now proposes.
+    """
+
+    def prepare(
+        self, request: ProposeRequest, max_branches: int | None = None
+    ) -> list[list[PreparedBranch]]:
+        """Per request row, the branches prepared (empty where k is 0 or nothing fits), at
+        most `max_branches` per sequence (None: the proposer's own budget)."""
+        ...
+
+    def adopt(self, slot: int, branch: int, num_used: int, committed: list[int]) -> None:
+        """Follow branch number `branch` of the slot's last `prepare`, or NO_BRANCH."""
+        ...
+
+
+def correction_guesses(record: DraftRecord, position: int, width: int) -> list[tuple[int, float]]:
+    """Up to `width` guesses for the correction at draft `position`, with the draft's
+    probability of each: its best tokens there other than the draft itself (which the
+    verifier has just rejected)."""
+    rejected = record.tokens[position]
+    pairs = zip(record.alternatives[position], record.alternative_probs[position], strict=True)
+    return [(t, p) for t, p in pairs if t != rejected][:width]
+
+
+def pack_records(records: list[DraftRecord]) -> Proposals:
+    """Per-row records -> the Proposals tensors (sparse q = count / N, exact in float32)."""
+    num_rows = len(records)
+    max_k = max((len(r) for r in records), default=0)
+    drafts = torch.full((num_rows, max_k), PLACEHOLDER_TOKEN_ID, dtype=torch.long)  # [B, K]
+    widths = [int(s.ids.shape[0]) for r in records for s in r.sparse if s is not None]
+    sparse_ids = sparse_probs = None
+    if widths:
+        sparse_ids = torch.zeros((num_rows, max_k, max(widths)), dtype=torch.long)  # [B, K, S]
+        sparse_probs = torch.zeros((num_rows, max_k, max(widths)))  # [B, K, S]
+    for row, record in enumerate(records):
+        if not record.tokens:
+            continue
+        drafts[row, : len(record)] = torch.tensor(record.tokens, dtype=torch.long)
+        for pos, sparse in enumerate(record.sparse):
+            if sparse is None or sparse_ids is None or sparse_probs is None:
+                continue
+            width = int(sparse.ids.shape[0])
+            sparse_ids[row, pos, :width] = sparse.ids
+            sparse_probs[row, pos, :width] = counts_to_probs(sparse.counts)
+    return Proposals(
+        draft_token_ids=drafts,
+        num_draft_tokens=[len(r) for r in records],
+        sparse_ids=sparse_ids,
+        sparse_probs=sparse_probs,
+    )

@@ -1,0 +1,60 @@
+"""Build the drafter side from a model directory (what a drafter actor does on its node)."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.runtime.model import load_model
+from daemon.runtime.proposers.base import Proposer
+from daemon.runtime.proposers.draft_model import (
+    DEFAULT_BRANCH_WIDTH,
+    DEFAULT_MAX_BRANCH_K,
+    DEFAULT_MAX_BRANCHES,
+    DraftModelProposer,
+)
+from daemon.runtime.proposers.ngram import NgramProposer
+from daemon.runtime.remote.draft_server import DraftServer
+
+
+@dataclass(slots=True)
+class DraftServerSpec:
+    draft: Path | None  # a draft model directory; None: n-gram lookup (no model)
+    num_slots: int = 16  # the verifier's max batch size (slots are shared numbering)
+    max_model_len: int | None = None  # the verifier's context length
+    dtype: str = "auto"
+    device: str = "cpu"
+    backend: str = "auto"  # "auto" | "lean" | "hf" (hf: no fork rows, main branch only)
+    sparse_top_k: int = 32  # support of a sampled draft's proposal
+    max_prefill_tokens: int = 8192
+    branch_width: int = DEFAULT_BRANCH_WIDTH  # guesses considered per position
+    max_branches: int = DEFAULT_MAX_BRANCHES  # rows per sequence when preparing
+    max_branch_k: int = DEFAULT_MAX_BRANCH_K  # drafts per prepared branch, at most
+
+
+def build_draft_proposer(
+    spec: DraftServerSpec, progress: Callable[[int, int], None] | None = None
+) -> Proposer:
+    """The drafter's proposer; `progress(bytes loaded, bytes in all)` while weights load."""
+    if spec.draft is None:
+        return NgramProposer(branch_width=spec.branch_width)
+    model = load_model(
+        spec.draft,
+        dtype=spec.dtype,
+        device=spec.device,
+        num_slots=spec.num_slots,
+        max_model_len=spec.max_model_len,
+        backend=spec.backend,
+        progress=progress,
+    )
+    return DraftModelProposer(
+        model,
+        sparse_top_k=spec.sparse_top_k,
+        max_prefill_tokens=spec.max_prefill_tokens,
+        branch_width=spec.branch_width,
+        max_branches=spec.max_branches,
+        max_branch_k=spec.max_branch_k,
+    )
+
+
+def build_draft_server(spec: DraftServerSpec, instance_id: int | None = None) -> DraftServer:
+    return DraftServer(build_draft_proposer(spec), instance_id=instance_id)

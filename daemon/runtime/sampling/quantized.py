@@ -1,0 +1,61 @@
+"""Exact, compact sparse proposals: integer counts out of N = 2^15.
+
+A sampled draft position's truncated distribution (its top-S tokens, renormalised) is rounded
+to integer counts that sum to exactly N (largest-remainder rounding: floors first, then one
+more count to the entries with the largest remainders, ties to the more likely token). The
+draft token is drawn from those counts with an integer draw u in [0, N): the token whose
+cumulative range [c_{i-1}, c_i) holds u. The verifier receives the counts and uses
+q = count / N, which float32 holds exactly (N is a power of two and counts are < 2^24).
+
+So the numbers the drafter sampled from and the numbers the verifier tests against are the
+same integers on any hardware, in any process: that is what keeps a remote proposal lossless.
+Tokens whose count rounds to 0 are dropped from the support (q = 0 for them, and they are
+never drawn). Counts fit in uint16 (at most N = 32768).
+"""
+
+import torch
+
+PROPOSAL_BITS = 15
+PROPOSAL_TOTAL = 1 << PROPOSAL_BITS  # N: counts of one position sum to exactly this
+
+
+def quantize_counts(probs: torch.Tensor) -> torch.Tensor:
+    """probs [R, S] (rows sum to ~1, non-negative) -> counts [R, S] int64, rows summing to
+    PROPOSAL_TOTAL exactly, by largest-remainder rounding."""
+    if probs.dim() != 2 or probs.shape[-1] == 0:
+        raise ValueError(f"probs must be [R, S] with S >= 1, got shape {tuple(probs.shape)}")
+    # float64 makes the floors robust; the rounding rule, not the precision, makes it exact.
+    exact = probs.double().clamp(min=0.0)
+    exact = exact / exact.sum(dim=-1, keepdim=True) * PROPOSAL_TOTAL  # [R, S]
+    floors = exact.floor()
+    remainders = exact - floors
+    # [R] counts still to hand out: in [0, S) since the remainders are each < 1
+    missing = PROPOSAL_TOTAL - floors.sum(dim=-1).long()
+    # [R, S] rank of each entry by remainder, largest first; ties: lower index (more likely)
+    order = torch.argsort(remainders, dim=-1, descending=True, stable=True)
+    ranks = torch.empty_like(order).scatter_(
+        -1, order, torch.arange(order.shape[-1]).expand_as(order)
+    )
+    counts = floors.long() + (ranks < missing.unsqueeze(-1)).long()
+    if bool((counts.sum(dim=-1) != PROPOSAL_TOTAL).any()):
+        raise ValueError("probabilities could not be quantised (non-finite or all zero)")
+    return counts
+
+
+def sample_from_counts(counts: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """counts [R, S] int64 (rows sum to PROPOSAL_TOTAL), draws [R] int64 in [0, N) ->
+    the index [R] of the entry whose cumulative range [c_{i-1}, c_i) holds the draw."""
+    if counts.dim() != 2 or draws.shape != counts.shape[:1]:
+        raise ValueError(
+            f"need counts [R, S] and draws [R], got {tuple(counts.shape)}, {tuple(draws.shape)}"
+        )
+    if bool(((draws < 0) | (draws >= PROPOSAL_TOTAL)).any()):
+        raise ValueError(f"draws must be in [0, {PROPOSAL_TOTAL})")
+    # [R, S] end of each entry's range; zero-count entries have an empty range, never chosen
+    ends = counts.cumsum(dim=-1)
+    return (ends <= draws.unsqueeze(-1)).sum(dim=-1)
+
+
+def counts_to_probs(counts: torch.Tensor) -> torch.Tensor:
+    """Counts -> q = count / N as float32: exact (a power-of-two denominator)."""
+    return counts.to(torch.float32) / PROPOSAL_TOTAL
