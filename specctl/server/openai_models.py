@@ -1,0 +1,222 @@
+"""Request bodies of the OpenAI API, as pydantic models that check themselves.
+
+Ranges and types are refused by pydantic (the error names the parameter; errors.py turns it
+into a 400 with `param`). Parameters this server does not implement are refused when set to
+anything but their neutral value (n > 1, logprobs, tools, penalties, ...), so that a client
+never silently gets something other than what it asked for. Unknown fields are accepted and
+ignored (clients send newer fields all the time); the handlers log their names.
+
+vLLM extensions accepted: `top_k`, `ignore_eos`, `stop_token_ids`, `return_token_ids`.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+from daemon.runtime.sampling.params import MAX_STOP_STRINGS, MAX_TOP_K
+
+MIN_SEED = -(2**63)  # the range torch.Generator.manual_seed takes
+MAX_SEED = 2**64 - 1
+MAX_TEMPERATURE = 100.0  # the engine's limit (OpenAI documents 0..2; vLLM takes more)
+MAX_STOP_TOKEN_IDS = 64
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    @property
+    def ignored_fields(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's; accepted, usage comes once at the end
+
+
+def _refuse_unless(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+class _SamplingBody(_Body):
+    """Fields shared by completions and chat completions."""
+
+    model: str | None = None  # None: the one served model
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=MAX_TEMPERATURE)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1, le=MAX_TOP_K)  # -1 or 0: off (vLLM's)
+    seed: int | None = Field(default=None, ge=MIN_SEED, le=MAX_SEED)
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: int | None = 1
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None  # accepted and ignored
+    metadata: dict[str, Any] | None = None  # accepted and ignored
+    ignore_eos: bool = False
+    stop_token_ids: list[StrictInt] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    return_token_ids: bool = False
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int | None) -> int | None:
+        _refuse_unless(n in (None, 1), f"only n = 1 is supported, got {n}")
+        return n
+
+    @field_validator("presence_penalty", "frequency_penalty")
+    @classmethod
+    def _no_penalty(cls, value: float | None) -> float | None:
+        _refuse_unless(
+            value in (None, 0.0), f"penalties are not supported (must be 0), got {value}"
+        )
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        _refuse_unless(not value, "logit_bias is not supported")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, value: str | list[str] | None) -> str | list[str] | None:
+        stops = [value] if isinstance(value, str) else value or []
+        _refuse_unless(
+            len(stops) <= MAX_STOP_STRINGS,
+            f"at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}",
+        )
+        _refuse_unless(all(stops), "stop strings must not be empty")
+        return value
+
+    @field_validator("stop_token_ids")
+    @classmethod
+    def _stop_ids(cls, value: list[int] | None) -> list[int] | None:
+        _refuse_unless(
+            all(0 <= t <= MAX_TOP_K for t in value or []),
+            f"stop_token_ids must be in [0, {MAX_TOP_K}]",
+        )
+        return value
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The content as one string (text parts joined by newlines, as vLLM does)."""
+        if isinstance(self.content, list):
+            return "\n".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class ResponseFormat(_Body):
+    type: str
+
+
+class ChatCompletionRequest(_SamplingBody):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: ResponseFormat | None = None
+    parallel_tool_calls: bool | None = None  # meaningless without tools; ignored
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: bool | None) -> bool | None:
+        _refuse_unless(not value, "logprobs are not supported")
+        return value
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _no_top_logprobs(cls, value: int | None) -> int | None:
+        _refuse_unless(not value, "top_logprobs is not supported")
+        return value
+
+    @field_validator("tools", "functions")
+    @classmethod
+    def _no_tools(cls, value: list[Any] | None) -> list[Any] | None:
+        _refuse_unless(not value, "tool and function calling are not supported")
+        return value
+
+    @field_validator("tool_choice", "function_call")
+    @classmethod
+    def _no_tool_choice(cls, value: Any) -> Any:
+        _refuse_unless(value in (None, "none"), "tool and function calling are not supported")
+        return value
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, value: ResponseFormat | None) -> ResponseFormat | None:
+        _refuse_unless(
+            value is None or value.type == "text",
+            f"only response_format type 'text' is supported, got {value.type if value else ''!r}",
+        )
+        return value
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+Prompt = str | list[StrictInt] | list[str] | list[list[StrictInt]]
+
+
+class CompletionRequest(_SamplingBody):
+    prompt: Prompt
+    max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's and vLLM's default
+    logprobs: int | None = None
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: int | None) -> int | None:
+        _refuse_unless(value is None, "logprobs are not supported")
+        return value
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value: bool | None) -> bool | None:
+        _refuse_unless(not value, "echo is not supported")
+        return value
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        _refuse_unless(not value, "suffix is not supported")
+        return value
+
+    @field_validator("best_of")
+    @classmethod
+    def _no_best_of(cls, value: int | None) -> int | None:
+        _refuse_unless(value in (None, 1), f"only best_of = 1 is supported, got {value}")
+        return value
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        return self.max_tokens
