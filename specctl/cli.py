@@ -1,19 +1,43 @@
 """The `specctl` command line. Each command lives in its own module under specctl/commands/
 and is imported only when run, so `specctl --help` stays fast and the headless core never
-imports textual."""
+imports textual.
+
+`specctl` with no command opens the TUI (`tui/`), and so does `specctl FILE.toml`: a first
+argument that is not a command is the cluster file to open."""
 
 import sys
 from pathlib import Path
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from daemon.cluster_token import CLIENT_TOKEN_FILE
 
+TUI_COMMAND = "tui"
+
+
+class _OpensTuiByDefault(TyperGroup):
+    """`specctl FILE [--models-dir D]` is `specctl tui FILE [--models-dir D]`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        first = args[0] if args else None
+        if first is not None and first not in self.commands and first not in ctx.help_option_names:
+            if not first.startswith("-") and not Path(first).exists():
+                commands = ", ".join(sorted(set(self.commands) - {TUI_COMMAND}))
+                fail(f"{first}: neither a command nor a file (commands: {commands})")
+            args = [TUI_COMMAND, *args]
+        return super().parse_args(ctx, args)
+
+
 app = typer.Typer(
-    no_args_is_help=True,
+    cls=_OpensTuiByDefault,
+    invoke_without_command=True,
+    no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,
-    help="specctl: speculative decoding across unequal GPU machines.",
+    help="specctl: speculative decoding across unequal GPU machines. "
+    "With no command (or a cluster file), opens the TUI.",
 )
 
 
@@ -21,6 +45,30 @@ def fail(message: str, code: int = 2) -> None:
     """Print a user-facing error (no traceback) and exit."""
     print(f"specctl: error: {message}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+@app.callback()
+def open_tui_without_command(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        tui_command(None, [])
+
+
+@app.command(
+    TUI_COMMAND,
+    help="Open the TUI on FILE (default: ./cluster.toml, else the embedded examples/local.toml).",
+)
+def tui_command(
+    config_file: Path | None = typer.Argument(None, help="The cluster file to open."),
+    models_dir: list[Path] = typer.Option(
+        [], "--models-dir", help="Also look for models here (repeatable; $SPECCTL_MODEL_PATH too)."
+    ),
+) -> None:
+    if config_file is not None and not config_file.is_file():
+        what = "a directory, not a cluster file" if config_file.is_dir() else "no such file"
+        fail(f"{config_file}: {what}")
+    from tui.main import run_tui
+
+    run_tui(config_file, tuple(models_dir))
 
 
 @app.command(
@@ -92,20 +140,103 @@ def generate_command(
         fail(str(exc))
 
 
-@app.command("demo", help="The main job: speculative generation on the bundled demo pair.")
-def demo_command(
-    num_prompts: int = typer.Option(4, "--num-prompts", help="Held-out code prompts to run."),
-    max_tokens: int = typer.Option(64, "--max-tokens"),
-    k: int = typer.Option(4, "--num-speculative-tokens", "-k"),
-    dtype: str = typer.Option("float32", "--dtype"),
+@app.command("serve", help="Serve the OpenAI-compatible endpoint over the engine on this machine.")
+def serve_command(
+    target: Path | None = typer.Option(None, "--target", help="Target (verifier) model directory."),
+    draft: Path | None = typer.Option(None, "--draft", help="Draft model directory."),
+    ngram: bool = typer.Option(False, "--ngram", help="Propose by n-gram / prompt lookup."),
+    num_speculative_tokens: int | None = typer.Option(
+        None, "--num-speculative-tokens", "-k", help="Fixed k (or the ceiling with --adaptive)."
+    ),
+    adaptive: bool = typer.Option(False, "--adaptive", help="Choose k per sequence and round."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port"),
+    api_key_file: Path | None = typer.Option(
+        None, "--api-key-file", help="File (mode 600) holding the key /v1/* requires."
+    ),
+    served_model_name: str | None = typer.Option(
+        None, "--served-model-name", help="The name clients use (default: --target as given)."
+    ),
+    max_batch_size: int = typer.Option(16, "--max-batch-size", help="Running requests at most."),
+    max_waiting: int = typer.Option(
+        256, "--max-waiting", help="Queued requests beyond the batch before 429s."
+    ),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="Prompt + output tokens per request (default: the model's)."
+    ),
+    dtype: str = typer.Option("auto", "--dtype", help="auto|float32|bfloat16|float16"),
+    backend: str = typer.Option("auto", "--backend", help="auto|lean|hf"),
+    graceful_timeout_s: float = typer.Option(
+        10.0, "--graceful-timeout-s", help="On SIGINT/SIGTERM, time for requests to finish."
+    ),
+    log_level: str = typer.Option("info", "--log-level", help="debug|info|warning|error"),
+    threads: int | None = typer.Option(
+        None, "--threads", help="CPU threads for torch (default: torch's own choice)."
+    ),
+    deployment: Path | None = typer.Option(
+        None,
+        "--deployment",
+        help="Serve an applied deployment's shards (its state.json; what `specctl apply` runs).",
+    ),
 ) -> None:
     from daemon.runtime.errors import SpecError
-    from specctl.commands.demo import run_demo
+    from specctl.commands.serve import ServeOptions, run_serve
 
     try:
-        run_demo(num_prompts, max_tokens, k, dtype)
+        run_serve(
+            ServeOptions(
+                target=target,
+                draft=draft,
+                ngram=ngram,
+                num_speculative_tokens=num_speculative_tokens,
+                adaptive=adaptive,
+                host=host,
+                port=port,
+                api_key_file=api_key_file,
+                served_model_name=served_model_name,
+                max_batch_size=max_batch_size,
+                max_waiting=max_waiting,
+                max_model_len=max_model_len,
+                dtype=dtype,
+                backend=backend,
+                graceful_timeout_s=graceful_timeout_s,
+                log_level=log_level,
+                threads=threads,
+                deployment=deployment,
+            )
+        )
     except SpecError as exc:
         fail(str(exc))
+
+
+@app.command(
+    "demo",
+    help="The main job: apply examples/local.toml (drafter and verifier on two local Ray nodes), "
+    "send requests through the endpoint, print acceptance rate and tokens/s; leaves it up.",
+)
+def demo_command(
+    config: Path | None = typer.Option(
+        None, "--config", help="Cluster file to apply (default: examples/local.toml)."
+    ),
+    num_prompts: int = typer.Option(8, "--num-prompts", help="Held-out code prompts to send."),
+    max_tokens: int = typer.Option(64, "--max-tokens"),
+    concurrency: int = typer.Option(4, "--concurrency", help="Requests in flight at once."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    from daemon.runtime.errors import SpecError
+    from specctl.commands.demo import DEFAULT_CONFIG, DemoError, run_demo
+
+    for name, value in (
+        ("--num-prompts", num_prompts),
+        ("--max-tokens", max_tokens),
+        ("--concurrency", concurrency),
+    ):
+        if value < 1:
+            fail(f"{name} must be >= 1, got {value}")
+    try:
+        run_demo(config or DEFAULT_CONFIG, num_prompts, max_tokens, concurrency, as_json)
+    except (DemoError, SpecError) as exc:
+        fail(str(exc), code=1)
 
 
 @app.command("bench", help="Benchmark specctl against target-only decoding and peer engines.")
@@ -169,6 +300,43 @@ def plan_command(
     run_plan(
         config_file, as_json, "probe" if probe else "offline" if offline else "auto", timeout_s
     )
+
+
+@app.command(
+    "apply",
+    help="Bring the cluster, the shards and the endpoint to what the cluster file asks "
+    "(idempotent: a second apply of the same file changes nothing).",
+)
+def apply_command(
+    config_file: Path = typer.Argument(..., help="The cluster file (cluster.toml)."),
+    as_json: bool = typer.Option(False, "--json", help="Progress and outcome as JSON lines."),
+    load_timeout_s: float = typer.Option(
+        900.0, "--load-timeout", help="Seconds every shard has to load its weights."
+    ),
+) -> None:
+    from specctl.commands.deployment import run_apply
+
+    if load_timeout_s <= 0:
+        fail(f"--load-timeout must be > 0 seconds, got {load_timeout_s}")
+    raise typer.Exit(run_apply(config_file, as_json, load_timeout_s))
+
+
+@app.command("status", help="The deployment: endpoint, shards with role and node, live figures.")
+def status_command(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (endpoint, shards, live)."),
+) -> None:
+    from specctl.commands.deployment import run_status
+
+    raise typer.Exit(run_status(as_json))
+
+
+@app.command("down", help="Stop everything apply started; leave no process behind.")
+def down_command(
+    as_json: bool = typer.Option(False, "--json", help="Progress and outcome as JSON lines."),
+) -> None:
+    from specctl.commands.deployment import run_down
+
+    raise typer.Exit(run_down(as_json))
 
 
 def main() -> None:

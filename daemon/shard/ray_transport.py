@@ -7,6 +7,9 @@ the order they were sent. Every failure (actor dead or restarting, node gone, ti
 exception in the actor) becomes `DrafterUnavailable`.
 """
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from daemon.runtime.remote.transport import DrafterUnavailable
@@ -68,3 +71,73 @@ class RayTransport:
 
     def close(self) -> None:
         self._drafter = None
+
+
+class _Watched:
+    """A pending call that tells its transport when it failed (so the next call looks the
+    drafter up by name again)."""
+
+    def __init__(self, call: RayPendingCall | FailedCall, on_failure: Callable[[], None]) -> None:
+        self._call = call
+        self._on_failure = on_failure
+
+    def done(self) -> bool:
+        return self._call.done()
+
+    def result(self, timeout_s: float) -> bytes:
+        try:
+            return self._call.result(timeout_s)
+        except DrafterUnavailable:
+            self._on_failure()
+            raise
+
+
+class NamedActorTransport:
+    """`DraftTransport` to the drafter actor of a given name. The actor is looked up on the
+    first call and again after any failed one (at most once per `lookup_interval_s`): a drafter
+    restarted by Ray keeps its handle, but one re-created by `apply` (moved to another node) is
+    a new actor under the same name, reachable only by looking it up again."""
+
+    def __init__(self, name: str, namespace: str, lookup_interval_s: float = 1.0) -> None:
+        self.name = name
+        self._namespace = namespace
+        self._interval_s = lookup_interval_s
+        self._lock = threading.Lock()
+        self._transport: RayTransport | None = None
+        self._looked_up_at = float("-inf")
+
+    def call(self, payload: bytes, timeout_s: float) -> bytes:
+        return self.call_async(payload).result(timeout_s)
+
+    def call_async(self, payload: bytes) -> _Watched:
+        transport = self._current()
+        if transport is None:
+            error = DrafterUnavailable(f"no drafter actor named {self.name!r} is running")
+            return _Watched(FailedCall(error), self._forget)
+        return _Watched(transport.call_async(payload), self._forget)
+
+    def close(self) -> None:
+        with self._lock:
+            self._transport = None
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._transport = None
+
+    def _current(self) -> RayTransport | None:
+        with self._lock:
+            if self._transport is not None:
+                return self._transport
+            now = time.monotonic()
+            if now - self._looked_up_at < self._interval_s:
+                return None
+            self._looked_up_at = now
+        import ray
+
+        try:
+            handle = ray.get_actor(self.name, namespace=self._namespace)
+        except Exception:  # ValueError when there is none; anything else: the same to us
+            return None
+        with self._lock:
+            self._transport = RayTransport(handle)
+            return self._transport

@@ -5,8 +5,11 @@ process polls for it. Run as a threaded Ray actor: `poll` blocks (up to its time
 `submit` and `abort` keep being served on other threads.
 """
 
+import dataclasses
 import logging
 import threading
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,16 +17,23 @@ import torch
 
 from daemon.runtime.engine.builder import BuiltEngine, EngineSpec, build_engine
 from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.loop import EngineLoop, LoopOutput
 from daemon.runtime.engine.request import Request
+from daemon.runtime.engine.stats import EngineStats
 from daemon.runtime.errors import (
     EngineOverloadedError,
     EngineStoppedError,
+    ModelLoadError,
     RequestError,
     SpecError,
 )
+from daemon.runtime.remote.options import RemoteMode, RemoteOptions
+from daemon.runtime.remote.remote_proposer import RemoteProposer
+from daemon.runtime.remote.remote_stats import RemoteStats
 from daemon.shard.background_load import BackgroundLoad, NotReadyError, Progress
 from daemon.shard.node_context import NodeContext
+from daemon.shard.ray_transport import NamedActorTransport
 from daemon.shard.specs import ShardStatus, VerifierSpec
 from daemon.shard.tokenizer_files import read_tokenizer_files
 
@@ -68,6 +78,17 @@ class _Running:
     loop: EngineLoop
 
 
+def _summed(progress: Progress) -> Callable[[str, int, int], None]:
+    """Per-model loading progress (target, draft) reported as one sum of bytes."""
+    seen: dict[str, tuple[int, int]] = {}
+
+    def report(name: str, loaded_bytes: int, total_bytes: int) -> None:
+        seen[name] = (loaded_bytes, total_bytes)
+        progress(sum(d for d, _ in seen.values()), sum(t for _, t in seen.values()))
+
+    return report
+
+
 class VerifierShard:
     def __init__(self, spec: VerifierSpec) -> None:
         if spec.num_threads:
@@ -97,12 +118,26 @@ class VerifierShard:
                 dtype=spec.dtype,
                 max_model_len=spec.max_model_len,
                 engine=config,
-            )
+                proposer=self._remote_proposer() if spec.proposer == "remote" else None,
+            ),
+            _summed(progress),
         )
         loop = EngineLoop(built.engine, self._collect, max_waiting=spec.max_waiting)
         loop.start()
         logger.info("verifier ready on %s (%s)", self.context.node_name, spec.target_dir)
         return _Running(built, loop)
+
+    def _remote_proposer(self) -> RemoteProposer:
+        """The drafter shard named in the spec, over Ray; looked up by name, again after any
+        failure, so a drafter restarted or moved by `apply` is found."""
+        import ray
+
+        name = self.spec.drafter_actor
+        if not name:
+            raise ModelLoadError("proposer 'remote' needs the drafter's actor name")
+        namespace = ray.get_runtime_context().namespace
+        transport = NamedActorTransport(name, namespace)
+        return RemoteProposer(transport, RemoteOptions(mode=RemoteMode(self.spec.mode)))
 
     def _collect(self, output: LoopOutput) -> None:
         with self._cond:
@@ -186,6 +221,28 @@ class VerifierShard:
             timeout_s=SPECULATION_CHANGE_TIMEOUT_S,
         )
         self.spec.num_speculative_tokens, self.spec.adaptive = num_speculative_tokens, adaptive
+
+    def speculation_stats(self, reset: bool = False) -> dict[str, object]:
+        """The engine's running totals and, with a remote drafter, the remote proposer's (hit
+        rate, waits, bytes); `reset` starts both afresh after reading (benchmarks)."""
+
+        def read(engine: SpecEngine) -> dict[str, object]:
+            out: dict[str, object] = {"engine": dataclasses.asdict(engine.stats)}
+            remote = engine.proposer if isinstance(engine.proposer, RemoteProposer) else None
+            if remote is not None:
+                stats = dataclasses.asdict(remote.stats)
+                stats.pop("last_round", None)
+                out["remote"] = {
+                    k: dict(v) if isinstance(v, Counter) else v for k, v in stats.items()
+                }
+            if reset:
+                engine.stats = EngineStats()
+                if remote is not None:
+                    remote.stats = RemoteStats()
+            return out
+
+        running = self._load.get()
+        return running.loop.call_between_steps(read, timeout_s=SPECULATION_CHANGE_TIMEOUT_S)
 
     def stop(self) -> None:
         """End every request in flight (their last deltas wait for the next poll)."""

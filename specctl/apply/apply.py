@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from db import DeploymentRow, Store
-from specctl.apply.cluster_up import bring_up
+from specctl.apply.cluster_up import ClusterUp, bring_up, retire_nodes
 from specctl.apply.events import ApplyEvents
 from specctl.apply.server_up import ensure_server
 from specctl.apply.shards import DesiredShard, deploy_shards, desired_shards
@@ -63,7 +63,14 @@ def apply_deployment(
             f"run `specctl down` before applying {plan.deployment!r}"
         )
     desired = desired_shards(config, plan, opts.shard_threads)
+    if previous is not None and previous.nodes and previous.nodes[0].name != config.nodes[0].name:
+        raise ApplyError(
+            f"the head node changed ({previous.nodes[0].name} -> {config.nodes[0].name}); the "
+            "first node of the file is the Ray head: run `specctl down`, then apply"
+        )
     cluster = bring_up(config, home, events)
+    if previous is None:  # record what runs now, so that `down` finds it if a shard fails
+        _partial_state(config_path, config, plan, cluster, desired).save(home.state_file)
     connect(cluster.address, cluster.token_file)
     try:
         events.step("shards", "started", f"{len(desired)} shard(s)")
@@ -73,6 +80,13 @@ def apply_deployment(
         events.step("shards", "done", f"{len(started)} (re)started")
     finally:
         disconnect()
+    if previous is not None:
+        retired = retire_nodes(previous.nodes, cluster.nodes, home.ray_root, cluster.token_file)
+        if retired:
+            events.step(
+                "ray nodes", "done", f"stopped nodes no longer listed: {', '.join(retired)}"
+            )
+            started.extend(f"node {name} stopped" for name in retired)
     state = AppliedState(
         deployment=plan.deployment,
         config_path=str(config_path.resolve()),
@@ -96,6 +110,28 @@ def apply_deployment(
     server_changed = ensure_server(home, state, events, opts.health_timeout_s)
     steps = [*started, *(["server"] if server_changed else [])]
     return ApplyResult(f"{state.server.url}/v1", plan, steps, state.deployment_id)  # type: ignore[union-attr]
+
+
+def _partial_state(
+    config_path: Path,
+    config: ClusterConfig,
+    plan: Plan,
+    cluster: ClusterUp,
+    desired: list[DesiredShard],
+) -> AppliedState:
+    return AppliedState(
+        deployment=plan.deployment,
+        config_path=str(config_path.resolve()),
+        config_text="",  # not applied yet: a second apply compares nothing with it
+        plan_json=plan.model_dump_json(),
+        served_model_name=config.deployment.verifier.model,
+        ray_address=cluster.address,
+        token_file=str(cluster.token_file),
+        local_root=str(cluster.local_root) if cluster.local_root else None,
+        local_nodes=cluster.local_nodes,
+        nodes=cluster.nodes,
+        shards=[d.state() for d in desired],
+    )
 
 
 def _validate_and_plan(config_path: Path, events: ApplyEvents) -> tuple[ClusterConfig, Plan]:

@@ -152,6 +152,21 @@ def _specd_call(
     return response.json()
 
 
+def retire_nodes(
+    previous: list[NodeState], kept: list[NodeState], local_root: Path | None, token_file: Path
+) -> list[str]:
+    """Stop Ray on the nodes a changed file no longer lists (their shards are gone already);
+    returns their names."""
+    names = {n.name for n in kept}
+    gone = [n for n in previous if n.name not in names]
+    local = None
+    local_gone = [n.name for n in gone if n.kind == "local"]
+    if local_gone and local_root is not None:
+        local = LocalCluster([LocalNodeSpec(name) for name in local_gone], local_root, token_file)
+    take_down_nodes(gone, local)
+    return [n.name for n in gone]
+
+
 def take_down_nodes(nodes: list[NodeState], local: LocalCluster | None) -> list[int]:
     """Stop Ray on every node (workers first); pids that survived on this machine."""
     leftover: list[int] = []

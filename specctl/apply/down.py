@@ -3,6 +3,7 @@ nodes — and leave no process behind."""
 
 import contextlib
 import logging
+import shutil
 from pathlib import Path
 
 from db import Store
@@ -41,6 +42,8 @@ def take_down(home: SpecctlHome, events: ApplyEvents) -> list[int]:
         specs = [LocalNodeSpec(name) for name in state.local_nodes]
         local = LocalCluster(specs, Path(state.local_root), Path(state.token_file))
     leftover += take_down_nodes(state.nodes, local)
+    if state.local_root and not leftover:  # Ray's logs and sockets of nodes now gone
+        shutil.rmtree(state.local_root, ignore_errors=True)
     events.step("ray nodes", "done" if not leftover else "failed", _survivors(leftover))
     _mark_stopped(home, state)
     home.state_file.unlink(missing_ok=True)

@@ -39,6 +39,9 @@ class LocalNodeSpec:
     actor_call_delay_us: int | None = None
 
 
+LOCAL_STOP_GRACE_S = 3.0
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -56,6 +59,9 @@ def _node_config(
         num_gpus=0,
         object_store_memory_bytes=DEFAULT_OBJECT_STORE_BYTES,
         temp_dir=str(state_dir / "ray"),
+        # Ray's head drains for ~10 s on SIGTERM; a local node going down has had its actors
+        # killed already, so a short grace then SIGKILL loses nothing
+        stop_grace_s=LOCAL_STOP_GRACE_S,
     )
     return SpecdConfig(
         token_file=str(token_file), node_name=spec.name, state_dir=str(state_dir), ray=ray

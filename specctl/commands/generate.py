@@ -71,17 +71,35 @@ def _jsonl_prompt(path: Path, line_no: int, line: str) -> str:
 
 
 def engine_config(opts: GenerateOptions) -> EngineConfig:
-    speculating = opts.draft is not None or opts.ngram
-    if opts.num_speculative_tokens is not None:
-        k = opts.num_speculative_tokens
+    return speculation_config(
+        draft=opts.draft,
+        ngram=opts.ngram,
+        num_speculative_tokens=opts.num_speculative_tokens,
+        adaptive=opts.adaptive,
+        max_batch_size=opts.max_batch_size,
+    )
+
+
+def speculation_config(
+    *,
+    draft: Path | None,
+    ngram: bool,
+    num_speculative_tokens: int | None,
+    adaptive: bool,
+    max_batch_size: int,
+) -> EngineConfig:
+    """The engine settings of the CLI's speculation options (shared by generate and serve)."""
+    speculating = draft is not None or ngram
+    if num_speculative_tokens is not None:
+        k = num_speculative_tokens
     else:
-        k = DEFAULT_ADAPTIVE_MAX_K if opts.adaptive else DEFAULT_FIXED_K
-    if opts.num_speculative_tokens is not None and not speculating and k > 0:
+        k = DEFAULT_ADAPTIVE_MAX_K if adaptive else DEFAULT_FIXED_K
+    if num_speculative_tokens is not None and not speculating and k > 0:
         raise RequestError("--num-speculative-tokens needs --draft or --ngram")
     return EngineConfig(
-        max_batch_size=opts.max_batch_size,
+        max_batch_size=max_batch_size,
         num_speculative_tokens=k if speculating else 0,
-        adaptive=opts.adaptive,
+        adaptive=adaptive,
     )
 
 

@@ -45,6 +45,7 @@ def create_verifier(name: str, spec: VerifierSpec, placement: Placement) -> Any:
 
 def create_drafter(name: str, spec: DrafterSpec, placement: Placement) -> Any:
     import ray
+
     from daemon.shard.drafter import DrafterShard
 
     actor_class = ray.remote(DrafterShard)

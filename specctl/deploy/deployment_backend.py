@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specctl.apply.state import AppliedState
+from specctl.apply.state import AppliedState, StateError
 from specctl.deploy.actors import find_actor
 from specctl.deploy.ray_connect import connect
 from specctl.deploy.remote_backend import RemoteBackend, served_model
@@ -27,22 +27,36 @@ class DeploymentError(Exception):
     """The deployment's shards cannot be reached; the message says which."""
 
 
-def load_deployment_backend(state_file: Path) -> tuple[EngineBackend, AppliedState]:
-    state = AppliedState.load(state_file)
+def read_deployment(state_file: Path) -> AppliedState:
+    try:
+        state = AppliedState.load(state_file)
+    except StateError as exc:
+        raise DeploymentError(str(exc)) from None
     if state is None:
-        raise DeploymentError(f"{state_file}: no deployment applied")
+        raise DeploymentError(f"{state_file}: no deployment applied; run `specctl apply`")
+    if not state.verifier_actors():
+        raise DeploymentError(f"{state_file}: the deployment has no verifier shard")
+    return state
+
+
+def connect_deployment(state: AppliedState) -> None:
+    """Join the deployment's Ray cluster as a driver (raises RayConnectError)."""
     connect(state.ray_address, Path(state.token_file))
+
+
+def deployment_backend(
+    state: AppliedState, load_timeout_s: float = SHARD_LOAD_TIMEOUT_S
+) -> EngineBackend:
+    """Every replica's verifier shard, reached by name once loaded; a router over them when
+    there are several. Call after `connect_deployment`."""
     backends: list[EngineBackend] = []
     for actor in state.verifier_actors():
         handle = find_actor(actor)
         if handle is None:
             raise DeploymentError(f"verifier shard {actor} is not running; run `specctl apply`")
-        model = served_model(handle, state.served_model_name, timeout_s=SHARD_LOAD_TIMEOUT_S)
+        model = served_model(handle, state.served_model_name, timeout_s=load_timeout_s)
         backends.append(RemoteBackend(handle, model, actor_name=actor))
-    if not backends:
-        raise DeploymentError(f"{state_file}: the deployment has no verifier shard")
-    backend: EngineBackend = backends[0] if len(backends) == 1 else RouterBackend(backends)
-    return backend, state
+    return backends[0] if len(backends) == 1 else RouterBackend(backends)
 
 
 @dataclass(slots=True)

@@ -74,11 +74,17 @@ def token_path(config: ClusterConfig, node: NodeSpec) -> Path:
 
 def fetch_inventory(config: ClusterConfig, node: NodeSpec, timeout_s: float) -> dict[str, Any]:
     """GET /v1/inventory from the node's specd with the cluster token."""
+    return fetch_inventory_at(str(node.specd), token_path(config, node), timeout_s)
+
+
+def fetch_inventory_at(address: str, token_file: Path, timeout_s: float) -> dict[str, Any]:
+    """GET /v1/inventory from the specd at `address` (host:port) with the token in
+    `token_file`; raises InventoryError saying what went wrong."""
     try:
-        token = read_token(token_path(config, node))
+        token = read_token(token_file)
     except TokenError as error:
         raise InventoryError(str(error)) from None
-    url = f"http://{node.specd}/v1/inventory"
+    url = f"http://{address}/v1/inventory"
     try:
         response = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
     except httpx.TimeoutException:

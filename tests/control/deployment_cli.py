@@ -1,0 +1,123 @@
+"""Running the real `specctl` CLI against a private `$SPECCTL_HOME`, for the apply tests."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specctl.home import SpecctlHome
+from tests.distributed.ray_cluster import ray_processes_under
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO_TARGET = REPO_ROOT / "packaging" / "demo-models" / "target"
+DEMO_DRAFT = REPO_ROOT / "packaging" / "demo-models" / "draft"
+APPLY_TIMEOUT_S = 300.0
+COMMAND_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def local_cluster_file(
+    path: Path,
+    port: int,
+    drafter_node: str = "drafter-node",
+    k: int = 4,
+    mode: str = "sync",
+    models: tuple[Path, Path, str] = (DEMO_TARGET, DEMO_DRAFT, "float32"),
+) -> Path:
+    """examples/local.toml's shape (two local Ray nodes, the demo pair), with absolute model
+    paths, a port of the test's own and the drafter's node and k as asked. `models`: target
+    and draft directories, and their dtype."""
+    target, draft, dtype = models
+    path.write_text(
+        f"""\
+[[nodes]]
+name = "verifier-node"
+specd = "local"
+
+[[nodes]]
+name = "drafter-node"
+specd = "local"
+
+[[models]]
+name = "demo-target"
+path = "{target}"
+dtype = "{dtype}"
+
+[[models]]
+name = "demo-draft"
+path = "{draft}"
+dtype = "{dtype}"
+
+[deployment]
+name = "test-demo"
+
+[deployment.verifier]
+model = "demo-target"
+nodes = ["verifier-node"]
+
+[deployment.drafter]
+model = "demo-draft"
+node = "{drafter_node}"
+
+[deployment.speculation]
+k = {k}
+mode = "{mode}"
+
+[server]
+host = "127.0.0.1"
+port = {port}
+max_batch_size = 8
+"""
+    )
+    return path
+
+
+@dataclass(slots=True)
+class Cli:
+    home: Path
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["SPECCTL_HOME"] = str(self.home)
+        for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+            env.pop(name, None)
+        return env
+
+    def run(self, *argv: str, timeout_s: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "specctl.cli", *argv],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+
+    def apply(self, config: Path) -> subprocess.CompletedProcess:
+        return self.run("apply", str(config), timeout_s=APPLY_TIMEOUT_S)
+
+    def status(self) -> dict[str, Any]:
+        done = self.run("status", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    def ray_root(self) -> Path:
+        return SpecctlHome.resolve(self.home).ray_root
+
+    def processes(self) -> list[int]:
+        """Live processes apply started: Ray nodes (named by their root) and the server."""
+        pids = ray_processes_under(self.ray_root())
+        server = self.home / "server.json"
+        if server.is_file():
+            pid = json.loads(server.read_text())["pid"]
+            if Path(f"/proc/{pid}").exists():
+                pids.append(pid)
+        return pids

@@ -1,0 +1,229 @@
+"""`specctl apply / status / down` end to end, from a fresh `$SPECCTL_HOME`: two local Ray
+nodes, the demo pair, the serving process, the official openai client, the metrics history
+read from another process while requests run, a second apply that changes nothing, a changed
+k that changes only that, and a down that leaves no process behind."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from db import Store
+from tests.distributed.ray_cluster import ray_processes_under
+
+from .deployment_cli import DEMO_TARGET, REPO_ROOT, Cli, free_port, local_cluster_file
+
+PROMPTS = ["def parse_args(argv):", "class Stack:\n    def push(self, item):"]
+MAX_TOKENS = 24
+SERVED_MODEL = "demo-target"
+# Where the drafter goes. On the verifier's node, the verifier runs the draft model in its own
+# process (no drafter shard); on drafter-node, a drafter shard of its own serves it remotely.
+DRAFTER_NODE = "drafter-node"
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cli, Path]]:
+    root = tmp_path_factory.mktemp("apply")
+    cli = Cli(root / "home")
+    config = local_cluster_file(root / "cluster.toml", free_port(), drafter_node=DRAFTER_NODE)
+    done = cli.apply(config)
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield cli, config
+    finally:
+        cli.run("down", timeout_s=180)
+        leftover = cli.processes()
+        assert not leftover, f"processes left after down: {leftover}"
+
+
+def _client(cli: Cli) -> openai.OpenAI:
+    endpoint = cli.status()["endpoint"]
+    return openai.OpenAI(base_url=endpoint, api_key="unused", timeout=60.0, max_retries=0)
+
+
+def _target_only(prompts: list[str]) -> list[list[int]]:
+    args = ["--target", str(DEMO_TARGET), "--max-tokens", str(MAX_TOKENS), "--ignore-eos"]
+    args += ["--dtype", "float32", "--json", *[a for p in prompts for a in ("--prompt", p)]]
+    done = subprocess.run(
+        [sys.executable, "-m", "specctl.cli", "generate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line)["token_ids"] for line in done.stdout.splitlines()]
+
+
+def test_apply_prints_the_endpoint_and_status_shows_the_shards(
+    deployment: tuple[Cli, Path],
+) -> None:
+    cli, _ = deployment
+    status = cli.status()
+    assert status["endpoint"].startswith("http://127.0.0.1:") and status["endpoint"].endswith("/v1")
+    assert status["server_status"] == "ready" and status["is_server_alive"]
+    by_role = {s["role"]: s for s in status["shards"]}
+    assert by_role["verifier"]["node"] == "verifier-node"
+    if DRAFTER_NODE == "verifier-node":
+        assert set(by_role) == {"verifier"}
+    else:
+        assert set(by_role) == {"drafter", "verifier"}
+        assert by_role["drafter"]["node"] == DRAFTER_NODE
+    for shard in status["shards"]:  # each reports running where the plan put it
+        assert shard["state"] == "ready" and shard["running_on"] == shard["node"], shard
+
+
+def test_openai_client_greedy_equals_generate_target_only(deployment: tuple[Cli, Path]) -> None:
+    cli, _ = deployment
+    client = _client(cli)
+    got = []
+    for prompt in PROMPTS:
+        out = client.completions.create(
+            model=SERVED_MODEL,
+            prompt=prompt,
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
+        assert out.usage is not None and out.usage.completion_tokens == MAX_TOKENS
+        got.append(out.choices[0].token_ids)  # type: ignore[attr-defined]
+    assert got == _target_only(PROMPTS)
+    chat = client.chat.completions.create(
+        model=SERVED_MODEL, messages=[{"role": "user", "content": "def f(x):"}], max_tokens=8
+    )
+    assert chat.choices[0].message.content is not None
+
+
+def test_history_is_written_while_another_process_reads_it(deployment: tuple[Cli, Path]) -> None:
+    """The serving process writes samples and request records; a reader in another process
+    (this one) polls the same file meanwhile and never meets "database is locked"."""
+    cli, _ = deployment
+    client = _client(cli)
+    state = json.loads((cli.home / "state.json").read_text())
+    deployment_id = state["deployment_id"]
+    db_path = Path(state["db_path"])
+    started = time.time()
+    errors: list[str] = []
+
+    def load() -> None:
+        try:
+            for i in range(6):
+                client.completions.create(
+                    model=SERVED_MODEL, prompt=PROMPTS[i % 2], max_tokens=16, temperature=0
+                )
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    workers = [threading.Thread(target=load) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    num_reads = 0
+    with Store.open(db_path, role="reader") as store:
+        while any(w.is_alive() for w in workers):
+            store.samples_since(deployment_id, started)  # raises on "database is locked"
+            num_reads += 1
+            time.sleep(0.05)
+        for worker in workers:
+            worker.join(120)
+        time.sleep(2.5)  # the writer flushes once a second
+        samples = store.samples_since(deployment_id, started)
+        requests = store.recent_requests(deployment_id, limit=50)
+        node_names = {node.name for node in store.nodes()}
+        memory = store.gpu_samples_since(started - 10)
+    assert not errors, errors
+    assert num_reads > 5
+    busy = [s for s in samples if s.tokens_per_s > 0]
+    assert busy and any(s.acceptance_rate is not None for s in busy)
+    assert sum(1 for r in requests if r.finished_unix_s >= started) >= 12
+    assert {"verifier-node", "drafter-node"} <= node_names  # read by the serving process
+    assert memory and all(s.gpu_index == -1 for s in memory)  # CPU nodes: memory in use
+    with sqlite3.connect(db_path) as raw:  # WAL, as the store promises
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_second_apply_changes_nothing(deployment: tuple[Cli, Path]) -> None:
+    cli, config = deployment
+    before = cli.status()
+    done = cli.apply(config)
+    assert done.returncode == 0, done.stderr
+    assert "changed: nothing" in done.stdout
+    after = cli.status()
+    assert after["server_pid"] == before["server_pid"]
+    assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
+
+
+def test_changed_k_changes_only_the_speculation(deployment: tuple[Cli, Path]) -> None:
+    cli, config = deployment
+    before = cli.status()
+    text = config.read_text()
+    config.write_text(text.replace("k = 4", "k = 2"))
+    try:
+        done = cli.apply(config)
+        assert done.returncode == 0, done.stderr
+        assert "speculation changed live" in done.stderr
+        after = cli.status()
+        assert after["server_pid"] == before["server_pid"]
+        assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
+        out = _client(cli).completions.create(
+            model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=8, temperature=0
+        )
+        assert out.usage is not None and out.usage.completion_tokens == 8
+    finally:
+        config.write_text(text)
+
+
+def test_a_node_added_then_removed_is_started_then_stopped(
+    deployment: tuple[Cli, Path],
+) -> None:
+    cli, config = deployment
+    before = cli.status()
+    text = config.read_text()
+    spare = cli.ray_root() / "spare-node"
+    config.write_text(
+        text.replace(
+            "[[models]]", '[[nodes]]\nname = "spare-node"\nspecd = "local"\n\n[[models]]', 1
+        )
+    )
+    try:
+        done = cli.apply(config)
+        assert done.returncode == 0, done.stderr
+        assert ray_processes_under(spare), "the added node runs"
+        assert [n["name"] for n in cli.status()["nodes"]][-1] == "spare-node"
+    finally:
+        config.write_text(text)
+    done = cli.apply(config)
+    assert done.returncode == 0, done.stderr
+    assert "stopped nodes no longer listed: spare-node" in done.stderr
+    assert ray_processes_under(spare) == []
+    after = cli.status()
+    assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
+    assert after["server_pid"] == before["server_pid"]
+
+
+def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:
+    cli, _ = deployment
+    status = cli.status()
+    pids = [status["server_pid"], *(s["pid"] for s in status["shards"])]
+    assert cli.processes() and all(Path(f"/proc/{pid}").exists() for pid in pids)
+    done = cli.run("down", timeout_s=180)
+    assert done.returncode == 0, done.stderr
+    assert cli.processes() == []
+    assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
+    assert not (cli.home / "state.json").exists()
+    again = cli.run("down")  # nothing left to stop: still fine
+    assert again.returncode == 0, again.stderr
+
+
+def test_status_without_a_deployment_says_so(tmp_path: Path) -> None:
+    done = Cli(tmp_path / "empty-home").run("status", "--json")
+    assert done.returncode == 1
+    assert "nothing applied" in json.loads(done.stdout)["problems"][0]
