@@ -1,0 +1,153 @@
+"""Pilot tests of the Launch screen driving the real `apply` and `down` (in their child
+process): steps shown as they happen, failures said plainly, nothing left running."""
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specctl.cluster.local_cluster import LocalCluster
+from specctl.cluster.local_nodes import LocalNodeSpec
+from specctl.home import SpecctlHome
+from tests.specd.specd_process import free_port
+from tests.tui.helpers import LOCAL_TOML, make_app, wait_for_text
+from tui.core.launch import take_down_home
+from tui.core.status import read_deployment_status
+
+pytestmark = pytest.mark.anyio
+DEMO = LOCAL_TOML.parents[1] / "packaging" / "demo-models"
+APPLY_WAIT_S = 300.0  # Ray nodes and shard loading on a loaded 2-core machine: a bound only
+
+
+def local_cluster_file(directory: Path, draft_dir: Path = DEMO / "draft", **edits: str) -> Path:
+    text = LOCAL_TOML.read_text()
+    text = text.replace('"../packaging/demo-models/target"', f'"{DEMO / "target"}"')
+    text = text.replace('"../packaging/demo-models/draft"', f'"{draft_dir}"')
+    text = text.replace("port = 8000", f"port = {free_port()}")
+    for old, new in edits.items():
+        text = text.replace(old, new)
+    path = directory / "cluster.toml"
+    path.write_text(text)
+    return path
+
+
+class IgnoreEvents:
+    def step(self, name: str, state: str, detail: str = "") -> None: ...
+
+    def loading(self, shard_id: str, node: str, loaded_bytes: int, total_bytes: int) -> None: ...
+
+
+def stop_everything(root: Path) -> None:
+    """Let an apply still running end, take down what it recorded (the real `down`), then stop
+    local Ray nodes a failed apply left unrecorded."""
+    deadline = time.monotonic() + APPLY_WAIT_S
+    while launch_children(root) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    specctl_home = SpecctlHome(root)
+    outcome = take_down_home(specctl_home, IgnoreEvents(), lambda: False)
+    if specctl_home.ray_root.exists():
+        specs = [LocalNodeSpec("verifier-node"), LocalNodeSpec("drafter-node")]
+        LocalCluster(specs, specctl_home.ray_root, specctl_home.token_file).stop()
+        shutil.rmtree(specctl_home.ray_root, ignore_errors=True)
+    assert outcome.is_ok, outcome.message
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A fresh $SPECCTL_HOME; whatever a test leaves running is stopped afterwards."""
+    root = tmp_path / "home"
+    yield root
+    stop_everything(root)
+
+
+async def test_nothing_deployed_and_a_plan_that_does_not_fit(tmp_path: Path, home: Path) -> None:
+    squeezed = local_cluster_file(
+        tmp_path,
+        **{'specd = "local"              #': 'specd = "local"\nmemory_utilization = 0.0001 #'},
+    )
+    app = make_app(squeezed, home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await wait_for_text(pilot, "nothing deployed")
+        await pilot.press("a")
+        text = await wait_for_text(
+            pilot, "Apply failed: the plan does not fit", "✗ failed", timeout_s=APPLY_WAIT_S
+        )
+        assert "validate" in text and "✓ done" in text
+    assert not SpecctlHome(home).ray_root.exists()  # refused before any node started
+    assert read_deployment_status(SpecctlHome(home)).deployment is None
+
+
+async def test_down_with_nothing_deployed_is_fine(tmp_path: Path, home: Path) -> None:
+    app = make_app(local_cluster_file(tmp_path), home)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("4", "d")
+        await wait_for_text(pilot, "= unchanged", "nothing applied", "Everything apply started is")
+
+
+async def test_a_deployment_that_fails_to_load_is_said_and_taken_down(
+    tmp_path: Path, home: Path
+) -> None:
+    broken = tmp_path / "broken-draft"
+    shutil.copytree(DEMO / "draft", broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    app = make_app(local_cluster_file(tmp_path, draft_dir=broken), home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4", "a")
+        text = await wait_for_text(pilot, "Apply failed:", timeout_s=APPLY_WAIT_S)
+        assert "ray nodes" in text and "✗ stopped" in text  # the step it stopped in
+        await pilot.press("d")
+        await wait_for_text(pilot, "Down", "nothing deployed", timeout_s=APPLY_WAIT_S)
+    # apply records the nodes it started before the shards load, so down stops them all
+    assert ray_processes(SpecctlHome(home)) == []
+
+
+def ray_processes(home: SpecctlHome) -> list[int]:
+    """Live processes of the local Ray nodes apply started for `home` (their command lines
+    name the node directories under its ray_root)."""
+    marker = str(home.ray_root).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def launch_children(home: Path) -> list[int]:
+    """Live `tui.core.launch_child` processes working on `home`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"tui.core.launch_child" in cmdline and f"SPECCTL_HOME={home}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_quitting_during_apply_returns_at_once_and_apply_goes_on(
+    tmp_path: Path, home: Path
+) -> None:
+    app = make_app(local_cluster_file(tmp_path), home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4", "a")
+        await wait_for_text(pilot, "ray nodes", timeout_s=APPLY_WAIT_S)
+        started = time.monotonic()
+        app.exit()
+    assert time.monotonic() - started < 10.0  # not held until apply ends; a bound only
+    children = launch_children(home)
+    assert children, "the apply child should still be running"
+    deadline = time.monotonic() + APPLY_WAIT_S
+    while launch_children(home) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not launch_children(home)  # it ran to its end, events to a closed pipe and all

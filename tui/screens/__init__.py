@@ -1,0 +1,1 @@
+"""One screen per module: nodes, models, assign, launch, dashboard, logs, and the dialogs."""

@@ -1,0 +1,1 @@
+"""Widgets shared by the screens: the mode bar, the verdict, figures and bars."""
