@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.parallel.group import TensorParallel, init_group, pick_address
+from daemon.runtime.parallel.leader import close_leader
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.remote.builder import DraftServerSpec, build_draft_proposer
 from daemon.runtime.remote.draft_server import DraftServer
@@ -31,6 +33,9 @@ class DrafterShard:
             torch.set_num_threads(spec.num_threads)
         self.spec = spec
         self.context = NodeContext.current()
+        # rank 0 of a tensor-parallel draft: the other ranks (actors on this node) join here
+        self.tp_address = pick_address() if spec.tensor_parallel_size > 1 else None
+        self._draft_model: object = None
         self._load = BackgroundLoad(self._build, "drafter")
 
     def _build(self, progress: Progress) -> DraftServer:
@@ -41,9 +46,12 @@ class DrafterShard:
                 num_slots=spec.max_batch_size,
                 max_model_len=spec.max_model_len,
                 dtype=spec.dtype,
+                tp=self._join_group(),
             ),
             progress,
         )
+        if isinstance(proposer, DraftModelProposer):
+            self._draft_model = proposer.model
         if isinstance(proposer, DraftModelProposer) and spec.target_vocab_size is not None:
             vocab_size = proposer.model.vocab_size
             if vocab_size != spec.target_vocab_size:
@@ -55,7 +63,21 @@ class DrafterShard:
         logger.info("drafter ready on %s (%s)", self.context.node_name, what)
         return DraftServer(proposer)
 
+    def _join_group(self) -> TensorParallel | None:
+        spec = self.spec
+        if self.tp_address is None:
+            return None
+        if spec.draft_dir is None:
+            raise ModelLoadError("n-gram lookup has no model to split: tensor_parallel_size 1")
+        return init_group(
+            0, spec.tensor_parallel_size, self.tp_address, timeout_s=spec.tp_timeout_s
+        )
+
     # -- calls from the control plane -------------------------------------------------------
+    def tensor_parallel_address(self) -> str | None:
+        """Where the draft's other tensor-parallel ranks join (None: not tensor-parallel)."""
+        return self.tp_address
+
     def status(self) -> ShardStatus:
         load = self._load
         return ShardStatus(
@@ -76,6 +98,7 @@ class DrafterShard:
         return self.status()
 
     def stop(self) -> None:
+        close_leader(self._draft_model)
         self._load.stop()
 
     # -- calls from the verifier ------------------------------------------------------------

@@ -4,6 +4,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from daemon.runtime.parallel.group import DEFAULT_TIMEOUT_S
+
 ShardState = Literal["loading", "ready", "failed", "stopped"]
 
 
@@ -23,6 +25,8 @@ class VerifierSpec:
     drafter_actor: str | None = None  # Ray actor name of the drafter shard (proposer "remote")
     mode: Literal["sync", "overlapped"] = "sync"  # remote proposer only
     num_threads: int | None = None  # torch intra-op threads in the shard process
+    tensor_parallel_size: int = 1  # the target over this many ranks (this shard is rank 0)
+    tp_timeout_s: float = DEFAULT_TIMEOUT_S  # bound on every collective of the group
 
 
 @dataclass(slots=True)
@@ -32,6 +36,23 @@ class DrafterSpec:
     dtype: str = "auto"
     max_batch_size: int = 16
     max_model_len: int | None = None
+    num_threads: int | None = None
+    tensor_parallel_size: int = 1  # the draft over this many ranks (this shard is rank 0)
+    tp_timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+@dataclass(slots=True)
+class RankSpec:
+    """Rank `rank` (> 0) of a tensor-parallel shard whose rank 0 listens at `address`."""
+
+    model_dir: str
+    rank: int
+    size: int
+    address: str  # host:port of rank 0's rendezvous, on this node
+    num_slots: int  # rank 0's: the same slots and context length on every rank
+    max_model_len: int | None = None
+    dtype: str = "auto"
+    timeout_s: float = DEFAULT_TIMEOUT_S
     num_threads: int | None = None
 
 

@@ -28,6 +28,8 @@ from daemon.runtime.errors import (
     RequestError,
     SpecError,
 )
+from daemon.runtime.parallel.group import TensorParallel, init_group, pick_address
+from daemon.runtime.parallel.leader import close_leader
 from daemon.runtime.remote.options import RemoteMode, RemoteOptions
 from daemon.runtime.remote.remote_proposer import RemoteProposer
 from daemon.runtime.remote.remote_stats import RemoteStats
@@ -97,6 +99,8 @@ class VerifierShard:
         self.context = NodeContext.current()
         self._cond = threading.Condition()
         self._pending: LoopOutput | None = None
+        # rank 0 of a tensor-parallel target: the other ranks (actors on this node) join here
+        self.tp_address = pick_address() if spec.tensor_parallel_size > 1 else None
         self._load = BackgroundLoad(self._build, "verifier")
 
     # -- loading ----------------------------------------------------------------------------
@@ -119,6 +123,7 @@ class VerifierShard:
                 max_model_len=spec.max_model_len,
                 engine=config,
                 proposer=self._remote_proposer() if spec.proposer == "remote" else None,
+                target_tp=self._join_group(),
             ),
             _summed(progress),
         )
@@ -126,6 +131,14 @@ class VerifierShard:
         loop.start()
         logger.info("verifier ready on %s (%s)", self.context.node_name, spec.target_dir)
         return _Running(built, loop)
+
+    def _join_group(self) -> TensorParallel | None:
+        spec = self.spec
+        if self.tp_address is None:
+            return None
+        return init_group(
+            0, spec.tensor_parallel_size, self.tp_address, timeout_s=spec.tp_timeout_s
+        )
 
     def _remote_proposer(self) -> RemoteProposer:
         """The drafter shard named in the spec, over Ray; looked up by name, again after any
@@ -162,6 +175,10 @@ class VerifierShard:
             total_bytes=load.total_bytes,
             load_time_s=load.load_time_s,
         )
+
+    def tensor_parallel_address(self) -> str | None:
+        """Where the target's other tensor-parallel ranks join (None: not tensor-parallel)."""
+        return self.tp_address
 
     def wait_ready(self, timeout_s: float) -> ShardStatus:
         """Block until loaded (or failed) or `timeout_s` passed, then report."""
@@ -251,4 +268,5 @@ class VerifierShard:
         except NotReadyError:
             return
         running.loop.stop()
+        close_leader(running.built.engine.target)
         self._load.stop()

@@ -11,11 +11,18 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from daemon.shard.specs import DrafterSpec, ShardStatus, VerifierSpec
+from daemon.shard.specs import DrafterSpec, RankSpec, ShardStatus, VerifierSpec
 from specctl.apply.events import ApplyEvents
 from specctl.apply.state import ShardState
 from specctl.config.cluster import ClusterConfig
-from specctl.deploy.actors import Placement, create_drafter, create_verifier, find_actor, kill_actor
+from specctl.deploy.actors import (
+    Placement,
+    create_drafter,
+    create_verifier,
+    find_actor,
+    kill_actor,
+    start_ranks,
+)
 from specctl.planner.plan import Plan, ShardPlan
 
 RUNTIME_DTYPES = ("float32", "bfloat16", "float16")
@@ -57,7 +64,11 @@ def desired_shards(config: ClusterConfig, plan: Plan, threads: int | None) -> li
         _check_supported(verifiers, drafter)
         verifier = verifiers[0]
         prefix = f"{plan.deployment}.r{replica}"
-        remote_drafter = drafter is not None and drafter.node != verifier.node
+        # a tensor-parallel drafter is a group of its own (a process joins one group): its own
+        # shard, even on the verifier's node
+        remote_drafter = drafter is not None and (
+            drafter.node != verifier.node or drafter.tensor_parallel_size > 1
+        )
         if remote_drafter:
             assert drafter is not None
             shards.append(_drafter(prefix, drafter, verifier, threads))
@@ -71,11 +82,6 @@ def _check_supported(verifiers: list[ShardPlan], drafter: ShardPlan | None) -> N
             raise ShardError(
                 f"{shard.id}: dtype {shard.dtype} is for planning only; the runtime loads "
                 f"{', '.join(RUNTIME_DTYPES)}"
-            )
-        if shard.tensor_parallel_size > 1:
-            raise ShardError(
-                f"{shard.id}: tensor parallelism ({shard.tensor_parallel_size}) is not deployable "
-                "yet; use tensor_parallel_size = 1"
             )
     if len(verifiers) != 1:
         raise ShardError(
@@ -95,6 +101,7 @@ def _drafter(prefix: str, drafter: ShardPlan, verifier: ShardPlan, threads: int 
         max_batch_size=verifier.max_batch_size,
         max_model_len=verifier.max_model_len,
         num_threads=threads,
+        tensor_parallel_size=drafter.tensor_parallel_size,
     )
     fingerprint = _fingerprint({"node": drafter.node, **asdict(spec)})
     return DesiredShard(
@@ -130,6 +137,7 @@ def _verifier(
         drafter_actor=f"{prefix}.drafter" if remote_drafter else None,
         mode=speculation.mode,
         num_threads=threads,
+        tensor_parallel_size=verifier.tensor_parallel_size,
     )
     loaded = asdict(spec)
     live = {k: loaded.pop(k) for k in ("num_speculative_tokens", "adaptive")}
@@ -167,17 +175,37 @@ def deploy_shards(
         if handle is not None:
             kill_actor(shard.actor)
         events.step(name, "started", f"on {shard.node}")
-        placement = Placement(
-            shard.node,
-            max_restarts=DRAFTER_RESTARTS if shard.role == "drafter" else VERIFIER_RESTARTS,
-        )
+        tp = shard.spec.tensor_parallel_size
+        # a restarted rank 0 could not gather its group again: tensor-parallel shards are
+        # replaced by the next apply instead
+        restarts = DRAFTER_RESTARTS if shard.role == "drafter" else VERIFIER_RESTARTS
+        placement = Placement(shard.node, max_restarts=restarts if tp == 1 else 0)
         if isinstance(shard.spec, VerifierSpec):
-            create_verifier(shard.actor, shard.spec, placement)
+            handle = create_verifier(shard.actor, shard.spec, placement)
         else:
-            create_drafter(shard.actor, shard.spec, placement)
+            handle = create_drafter(shard.actor, shard.spec, placement)
+        if tp > 1:
+            start_ranks(shard.actor, handle, _rank_template(shard.spec), placement)
+            events.step(name, "started", f"{tp} tensor-parallel ranks on {shard.node}")
         started.append(shard.actor)
     wait_loaded([d for d in desired if d.actor in started], events, load_timeout_s)
     return started
+
+
+def _rank_template(spec: VerifierSpec | DrafterSpec) -> RankSpec:
+    model_dir = spec.target_dir if isinstance(spec, VerifierSpec) else spec.draft_dir
+    assert model_dir is not None  # an n-gram drafter has no model to split (config refuses it)
+    return RankSpec(
+        model_dir,
+        rank=0,
+        size=spec.tensor_parallel_size,
+        address="",  # rank 0's, asked when the ranks start
+        num_slots=spec.max_batch_size,
+        max_model_len=spec.max_model_len,
+        dtype=spec.dtype,
+        timeout_s=spec.tp_timeout_s,
+        num_threads=spec.num_threads,
+    )
 
 
 def _reuse(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvents) -> bool:

@@ -1,10 +1,10 @@
 """Shard actors: named, detached (they outlive `specctl apply`), placed on a node by label."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from daemon.shard.node_context import NODE_LABEL
-from daemon.shard.specs import DrafterSpec, VerifierSpec
+from daemon.shard.specs import DrafterSpec, RankSpec, VerifierSpec
 from daemon.shard.verifier import VerifierShard
 from specctl.deploy.ray_connect import NAMESPACE
 
@@ -12,6 +12,9 @@ from specctl.deploy.ray_connect import NAMESPACE
 VERIFIER_CONCURRENCY = 8
 # Calls on the drafter are handled one at a time, in the order they were sent.
 DRAFTER_CONCURRENCY = 1
+# A tensor-parallel rank's `run` blocks for its whole life; `status` answers beside it.
+RANK_CONCURRENCY = 2
+ADDRESS_TIMEOUT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -52,6 +55,37 @@ def create_drafter(name: str, spec: DrafterSpec, placement: Placement) -> Any:
     return actor_class.options(**_options(name, placement, DRAFTER_CONCURRENCY)).remote(spec)
 
 
+def rank_name(shard_name: str, rank: int) -> str:
+    return f"{shard_name}.rank{rank}"
+
+
+def start_ranks(
+    shard_name: str,
+    leader: Any,
+    template: RankSpec,
+    placement: Placement,
+) -> list[Any]:
+    """Ranks 1..size-1 of the tensor-parallel shard `leader` (its rank 0), on its node: each
+    joins the group at the address rank 0 picked, loads its part and follows rank 0. A rank
+    is never restarted on its own (a group cannot take a new member): rank 0 fails its
+    requests within the group's timeout instead, and `apply` replaces the whole shard."""
+    import ray
+
+    from daemon.shard.tensor_parallel_rank import TensorParallelRank
+
+    address = ray.get(leader.tensor_parallel_address.remote(), timeout=ADDRESS_TIMEOUT_S)
+    actor_class = ray.remote(TensorParallelRank)
+    own = replace(placement, max_restarts=0)
+    handles = []
+    for rank in range(1, template.size):
+        spec = replace(template, rank=rank, address=address)
+        options = _options(rank_name(shard_name, rank), own, RANK_CONCURRENCY)
+        handle = actor_class.options(**options).remote(spec)
+        handle.run.remote()
+        handles.append(handle)
+    return handles
+
+
 def find_actor(name: str) -> Any | None:
     """The live actor of that name in specctl's namespace, or None."""
     import ray
@@ -63,10 +97,15 @@ def find_actor(name: str) -> Any | None:
 
 
 def kill_actor(name: str) -> bool:
-    """Kill the named shard for good (no restart); False if there was none."""
+    """Kill the named shard for good (no restart), and its tensor-parallel ranks if it has
+    any; False if there was no such shard."""
     import ray
 
     handle = find_actor(name)
+    rank = 1
+    while (peer := find_actor(rank_name(name, rank))) is not None:
+        ray.kill(peer, no_restart=True)
+        rank += 1
     if handle is None:
         return False
     ray.kill(handle, no_restart=True)

@@ -32,10 +32,11 @@ def local_cluster_file(
     k: int = 4,
     mode: str = "sync",
     models: tuple[Path, Path, str] = (DEMO_TARGET, DEMO_DRAFT, "float32"),
+    tensor_parallel_size: int = 1,
 ) -> Path:
     """examples/local.toml's shape (two local Ray nodes, the demo pair), with absolute model
     paths, a port of the test's own and the drafter's node and k as asked. `models`: target
-    and draft directories, and their dtype."""
+    and draft directories, and their dtype; `tensor_parallel_size` for both shards."""
     target, draft, dtype = models
     path.write_text(
         f"""\
@@ -63,10 +64,12 @@ name = "test-demo"
 [deployment.verifier]
 model = "demo-target"
 nodes = ["verifier-node"]
+tensor_parallel_size = {tensor_parallel_size}
 
 [deployment.drafter]
 model = "demo-draft"
 node = "{drafter_node}"
+tensor_parallel_size = {tensor_parallel_size}
 
 [deployment.speculation]
 k = {k}

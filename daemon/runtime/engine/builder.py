@@ -11,6 +11,8 @@ from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.errors import IncompatibleModelsError, ModelLoadError
 from daemon.runtime.model import load_model
+from daemon.runtime.parallel.group import TensorParallel
+from daemon.runtime.parallel.leader import as_leader
 from daemon.runtime.proposers.base import Proposer
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.proposers.ngram import NgramProposer
@@ -30,6 +32,7 @@ class EngineSpec:
     max_model_len: int | None = None
     engine: EngineConfig | None = None
     proposer: Proposer | None = None  # built elsewhere (a remote drafter): no draft, no ngram
+    target_tp: TensorParallel | None = None  # this process is rank 0 of the target's TP group
 
 
 @dataclass(slots=True)
@@ -53,8 +56,13 @@ def build_engine(spec: EngineSpec, progress: BuildProgress | None = None) -> Bui
         num_slots=config.max_batch_size,
         backend=spec.backend,
     )
-    target = load(
-        spec.target, max_model_len=spec.max_model_len, progress=_named(progress, "target")
+    target = as_leader(
+        load(
+            spec.target,
+            max_model_len=spec.max_model_len,
+            progress=_named(progress, "target"),
+            tp=spec.target_tp,
+        )
     )
     proposer: Proposer | None = spec.proposer
     if spec.draft is not None:

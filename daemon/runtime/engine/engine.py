@@ -1,6 +1,7 @@
 """The speculative decoding engine: continuous batching around draft -> verify rounds."""
 
 import gc
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from daemon.runtime.engine.verify import verify
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals, Proposer, ProposeRequest, empty_proposals
+
+logger = logging.getLogger(__name__)
 
 Detokenize = Callable[[list[int]], str]
 
@@ -112,7 +115,10 @@ class SpecEngine:
             assert delta is not None
             delta.finish_reason, delta.error = FINISH_ERROR, message
             deltas.append(delta)
-            self._free(seq.slot)
+            try:
+                self._free(seq.slot)
+            except Exception as exc:  # the step failed already: end the requests regardless
+                logger.warning("freeing slot %d after a failed step: %s", seq.slot, exc)
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()
         self._admitting.clear()

@@ -11,7 +11,13 @@ from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.config import DTYPES, LEAN_ARCHITECTURES, LEAN_ROPE_TYPES, ModelConfig
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.protocol import CausalLM
-from daemon.runtime.model.sharding import ROW_PARALLEL, full_shape, rank_part, shard_row_parallel
+from daemon.runtime.model.sharding import (
+    ROW_PARALLEL,
+    full_shape,
+    fused_part,
+    rank_part,
+    shard_row_parallel,
+)
 from daemon.runtime.model.weights import TensorReader, open_checkpoint
 from daemon.runtime.parallel.group import TensorParallel
 
@@ -178,19 +184,12 @@ def _load_param(
         return shard_row_parallel(whole, kind, rank, size)
     if module_name not in FUSED_PARTS:
         return _checked(reader, hf_name, tuple(param.shape))
-    parts = FUSED_PARTS[module_name]
-    owner = model.get_submodule(name.rsplit(".", 2)[0])
-    sizes = getattr(owner, "split_sizes", None) or (param.shape[0] // len(parts),) * len(parts)
-    # each part whole as the checkpoint holds it, then this rank's rows of it
-    tensors = [
-        rank_part(
-            _checked(reader, f"{prefix}.{part}.{kind}", (local * size, *param.shape[1:])),
-            0,
-            rank,
-            size,
-        )
-        for part, local in zip(parts, sizes, strict=True)
-    ]
+    tensors = []
+    for part in FUSED_PARTS[module_name]:
+        # each part whole as the checkpoint holds it, then this rank's rows of it
+        rows, chunks, index = fused_part(model.config, part, rank, size)
+        whole = _checked(reader, f"{prefix}.{part}.{kind}", (rows, *param.shape[1:]))
+        tensors.append(rank_part(whole, 0, index, chunks))
     return torch.cat(tensors, dim=0)
 
 

@@ -5,7 +5,8 @@ the fused gate/up projection by MLP columns; each fused part is split on its own
 holds its q heads, its K/V heads (the ones its q heads read under grouped-query attention) and
 its gate and up columns. Row-parallel (input columns split, outputs summed by an all-reduce):
 o_proj and down_proj; their bias is added once, by rank 0. Embeddings, norms and the LM head are
-replicated.
+replicated. With more ranks than K/V heads (size a multiple of num_key_value_heads), each K/V
+head is replicated on the size / num_key_value_heads ranks whose q heads read it.
 """
 
 import dataclasses
@@ -22,18 +23,42 @@ def shard_config(config: ModelConfig, size: int) -> ModelConfig:
     """The per-rank shape of `config` split over `size` ranks (heads and MLP columns / size)."""
     if size == 1:
         return config
-    fields = {
-        "num_attention_heads": config.num_attention_heads,
-        "num_key_value_heads": config.num_key_value_heads,
-        "intermediate_size": config.intermediate_size,
-    }
-    bad = [f"{name} ({value})" for name, value in fields.items() if value % size]
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    bad = [
+        f"{name} ({value})"
+        for name, value in (
+            ("num_attention_heads", heads),
+            ("intermediate_size", config.intermediate_size),
+        )
+        if value % size
+    ]
+    if kv_heads % size and size % kv_heads:
+        bad.append(f"num_key_value_heads ({kv_heads}; nor is it a multiple of it)")
     if bad:
         raise ModelLoadError(
-            f"{config.source}: tensor_parallel_size {size} must divide {', '.join(bad)}; "
-            f"choose a size that divides every one of {', '.join(fields)}"
+            f"{config.source}: tensor_parallel_size {size} must divide {', '.join(bad)}"
         )
-    return dataclasses.replace(config, **{name: value // size for name, value in fields.items()})
+    return dataclasses.replace(
+        config,
+        num_attention_heads=heads // size,
+        num_key_value_heads=max(1, kv_heads // size),
+        intermediate_size=config.intermediate_size // size,
+    )
+
+
+def fused_part(config: ModelConfig, part: str, rank: int, size: int) -> tuple[int, int, int]:
+    """For one part of a fused projection (q_proj, k_proj, v_proj, gate_proj, up_proj) of the
+    whole model `config`: (its rows in the checkpoint, the chunks they split into, the chunk
+    rank `rank` holds)."""
+    if part in ("k_proj", "v_proj"):
+        kv_heads = config.num_key_value_heads
+        rows = kv_heads * config.head_dim
+        if kv_heads % size == 0:
+            return rows, size, rank
+        return rows, kv_heads, rank // (size // kv_heads)  # replicated K/V heads
+    if part == "q_proj":
+        return config.num_attention_heads * config.head_dim, size, rank
+    return config.intermediate_size, size, rank
 
 
 def rank_part(tensor: torch.Tensor, dim: int, rank: int, size: int) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """A tensor-parallel group: this rank, the group's size, and the process group that carries its
 collectives (gloo on CPU, NCCL on GPU), every collective bounded by the group's timeout."""
 
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -75,3 +76,10 @@ def init_group(
 def leave_group(tp: TensorParallel) -> None:
     if tp.size > 1 and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def pick_address(host: str = "127.0.0.1") -> str:
+    """A free TCP port on this machine for rank 0's rendezvous (ranks of a group share a node)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return f"{host}:{probe.getsockname()[1]}"

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.runtime.model import load_model
+from daemon.runtime.parallel.group import TensorParallel
+from daemon.runtime.parallel.leader import as_leader
 from daemon.runtime.proposers.base import Proposer
 from daemon.runtime.proposers.draft_model import (
     DEFAULT_BRANCH_WIDTH,
@@ -29,6 +31,7 @@ class DraftServerSpec:
     branch_width: int = DEFAULT_BRANCH_WIDTH  # guesses considered per position
     max_branches: int = DEFAULT_MAX_BRANCHES  # rows per sequence when preparing
     max_branch_k: int = DEFAULT_MAX_BRANCH_K  # drafts per prepared branch, at most
+    tp: TensorParallel | None = None  # this process is rank 0 of the draft's TP group
 
 
 def build_draft_proposer(
@@ -45,9 +48,10 @@ def build_draft_proposer(
         max_model_len=spec.max_model_len,
         backend=spec.backend,
         progress=progress,
+        tp=spec.tp,
     )
     return DraftModelProposer(
-        model,
+        as_leader(model),
         sparse_top_k=spec.sparse_top_k,
         max_prefill_tokens=spec.max_prefill_tokens,
         branch_width=spec.branch_width,

@@ -1,0 +1,52 @@
+"""The lean runner split over 2 and 4 tensor-parallel ranks (processes joined by gloo) computes
+the logits of the whole model, K/V heads split (2 ranks) or replicated (4 ranks over 2 K/V
+heads), through ragged prefill and decode steps in which some sequences sit out."""
+
+import multiprocessing as mp
+
+import pytest
+import torch
+
+from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.model.config import ModelConfig
+from daemon.runtime.model.loader import read_raw_config
+from daemon.runtime.model.sharding import shard_config
+from daemon.runtime.parallel.group import pick_address
+from specctl.demo_pair import demo_pair_dirs
+from tests.parallel.tp_worker import reference, run_rank
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("size", [2, 4])  # the target: 4 heads, 2 K/V heads
+def test_tensor_parallel_logits_equal_the_whole_model(size: int) -> None:
+    model_dir, _ = demo_pair_dirs()
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    address = pick_address()
+    ranks = [
+        context.Process(target=run_rank, args=(str(model_dir), r, size, address, results))
+        for r in range(size)
+    ]
+    for process in ranks:
+        process.start()
+    try:
+        got = results.get(timeout=120)
+    finally:
+        for process in ranks:
+            process.join(timeout=60)
+            if process.is_alive():
+                process.kill()
+    assert [p.exitcode for p in ranks] == [0] * size
+    expected = reference(model_dir)
+    assert len(got) == len(expected)
+    for step, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"step {step}")
+
+
+def test_a_size_that_splits_nothing_evenly_is_refused_by_name() -> None:
+    target, _ = demo_pair_dirs()
+    config = ModelConfig.from_dict(read_raw_config(target), source="target/config.json")
+    with pytest.raises(ModelLoadError, match="tensor_parallel_size 3 must divide num_attention"):
+        shard_config(config, 3)

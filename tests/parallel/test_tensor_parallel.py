@@ -1,0 +1,224 @@
+"""Tensor-parallel shards on a real two-node Ray cluster: a TP = 2 verifier (two rank actors on
+one node) and a TP = 2 drafter (two rank actors on the other), each group driven by its rank 0.
+Greedy output equals target-only decoding with every sequence drafting, with k = 0 for every
+sequence (rounds that draft nothing), with adaptive k (some sequences drafting, some not) and
+with ragged lengths (finished sequences drop out); a killed rank ends its shard's requests with
+an error within the group's timeout instead of hanging."""
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import ray
+
+from daemon.runtime.engine.request import Request
+from daemon.runtime.sampling.params import SamplingParams
+from daemon.shard.specs import DrafterSpec, RankSpec, VerifierSpec
+from specctl.demo_pair import demo_pair_dirs
+from specctl.deploy.actors import (
+    Placement,
+    create_drafter,
+    create_verifier,
+    kill_actor,
+    rank_name,
+    start_ranks,
+)
+from specctl.deploy.remote_backend import RemoteBackend, served_model
+from tests.distributed.ray_cluster import TestCluster
+from tests.engine.helpers import DeltaCollector, make_engine, run_greedy
+from tests.parallel.conftest import DRAFTER_NODE, VERIFIER_NODE
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+LOAD_TIMEOUT_S = 180.0
+FINISH_TIMEOUT_S = 120.0
+GROUP_TIMEOUT_S = 15.0  # every collective of a group; the bound on noticing a lost rank
+MAX_TOKENS = 24
+BATCH = 8
+TEXTS = [
+    "def main():",
+    "import os\nimport sys\n\n",
+    "class Config:\n    def __init__(self, path, *, strict=False):\n        self.path",
+    "x",
+    "    for i in range(10):\n        if i % 2:\n",
+    "def parse_args(argv):\n    parser = argparse.ArgumentParser()\n",
+    "return",
+    "# utilities\n\ndef read_file(path):\n    with open(path) as f:\n",
+]
+
+
+@dataclass(slots=True)
+class Shards:
+    names: list[str]  # every actor, ranks included
+    verifier: object
+    backend: RemoteBackend
+    sink: DeltaCollector
+
+
+def _rank_template(model_dir: str) -> RankSpec:
+    return RankSpec(
+        model_dir, rank=0, size=2, address="", num_slots=BATCH, dtype="float32",
+        timeout_s=GROUP_TIMEOUT_S, num_threads=1,
+    )  # fmt: skip
+
+
+def _start(name: str, *, with_drafter: bool) -> Shards:
+    target, draft = demo_pair_dirs()
+    names: list[str] = []
+    drafter_name = f"{name}.drafter"
+    if with_drafter:
+        drafter = create_drafter(
+            drafter_name,
+            DrafterSpec(
+                draft_dir=str(draft), dtype="float32", max_batch_size=BATCH, num_threads=1,
+                tensor_parallel_size=2, tp_timeout_s=GROUP_TIMEOUT_S,
+            ),
+            Placement(DRAFTER_NODE),
+        )  # fmt: skip
+        start_ranks(drafter_name, drafter, _rank_template(str(draft)), Placement(DRAFTER_NODE))
+        names += [drafter_name, rank_name(drafter_name, 1)]
+    verifier_name = f"{name}.verifier"
+    verifier = create_verifier(
+        verifier_name,
+        VerifierSpec(
+            target_dir=str(target), dtype="float32", max_batch_size=BATCH,
+            num_speculative_tokens=4 if with_drafter else 0,
+            proposer="remote" if with_drafter else "none",
+            drafter_actor=drafter_name if with_drafter else None,
+            num_threads=1, tensor_parallel_size=2, tp_timeout_s=GROUP_TIMEOUT_S,
+        ),
+        Placement(VERIFIER_NODE),
+    )  # fmt: skip
+    start_ranks(verifier_name, verifier, _rank_template(str(target)), Placement(VERIFIER_NODE))
+    names += [verifier_name, rank_name(verifier_name, 1)]
+    model = served_model(verifier, "demo", timeout_s=LOAD_TIMEOUT_S)
+    sink = DeltaCollector()
+    backend = RemoteBackend(verifier, model, actor_name=verifier_name)
+    backend.start(sink)
+    return Shards(names, verifier, backend, sink)
+
+
+def _stop(shards: Shards) -> None:
+    shards.backend.stop()
+    for name in shards.names:
+        kill_actor(name)
+
+
+@pytest.fixture(scope="module")
+def speculative(cluster: TestCluster) -> Iterator[Shards]:
+    shards = _start("tp-spec", with_drafter=True)
+    try:
+        yield shards
+    finally:
+        _stop(shards)
+
+
+@pytest.fixture(scope="module")
+def prompts(speculative: Shards) -> list[list[int]]:
+    tokenizer = speculative.backend.model.tokenizer
+    return [tokenizer.encode(text) for text in TEXTS]
+
+
+@pytest.fixture(scope="module")
+def reference(prompts: list[list[int]]) -> list[list[int]]:
+    target, _ = demo_pair_dirs()
+    engine = make_engine(target, batch=BATCH, max_model_len=None, dtype="float32")
+    return [o.token_ids for o in run_greedy(engine, prompts, MAX_TOKENS)]
+
+
+def _params(max_tokens: int) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+
+
+def _run(shards: Shards, prompts: list[list[int]], tag: str, max_tokens: list[int] | None = None):
+    ids = [f"{tag}-{i}" for i in range(len(prompts))]
+    lengths = max_tokens or [MAX_TOKENS] * len(prompts)
+    for rid, prompt, n in zip(ids, prompts, lengths, strict=True):
+        shards.backend.submit(Request(rid, prompt, _params(n)))
+    shards.sink.wait_finished(ids, timeout_s=FINISH_TIMEOUT_S)
+    return [shards.sink.tokens(rid) for rid in ids]
+
+
+def _drafted(shards: Shards, since: int = 0) -> int:
+    return sum(r.num_draft_tokens for o in shards.sink.outputs[since:] for r in o.rounds)
+
+
+def test_ranks_share_their_shards_node(speculative: Shards) -> None:
+    for name in speculative.names:
+        if ".rank" not in name:
+            continue
+        handle = ray.get_actor(name, namespace="specctl")
+        status = ray.get(handle.status.remote(), timeout=30)
+        node = DRAFTER_NODE if name.startswith("tp-spec.drafter") else VERIFIER_NODE
+        assert (status["state"], status["node_name"]) == ("ready", node), status
+
+
+def test_tp2_drafter_and_verifier_greedy_equals_target_only(
+    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+) -> None:
+    before = len(speculative.sink.outputs)
+    assert _run(speculative, prompts, "all") == reference
+    assert _drafted(speculative, before) > 0  # the TP drafter drafted, the TP verifier judged
+
+
+def test_ragged_lengths_finished_sequences_drop_out(
+    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+) -> None:
+    lengths = [3, MAX_TOKENS, 1, 11, MAX_TOKENS, 6, 17, 2]
+    outputs = _run(speculative, prompts, "ragged", lengths)
+    assert outputs == [ref[:n] for ref, n in zip(reference, lengths, strict=True)]
+
+
+def test_k0_for_every_sequence_is_lossless(
+    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+) -> None:
+    ray.get(speculative.verifier.set_speculation.remote(0, False), timeout=120)
+    try:
+        before = len(speculative.sink.outputs)
+        assert _run(speculative, prompts, "k0") == reference
+        assert _drafted(speculative, before) == 0  # nobody drafted, the groups kept in step
+    finally:
+        ray.get(speculative.verifier.set_speculation.remote(4, False), timeout=120)
+
+
+def test_adaptive_some_sequences_draft_is_lossless(
+    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+) -> None:
+    ray.get(speculative.verifier.set_speculation.remote(6, True), timeout=120)
+    try:
+        before = len(speculative.sink.outputs)
+        assert _run(speculative, prompts, "adaptive") == reference
+        rounds = [r for o in speculative.sink.outputs[before:] for r in o.rounds]
+        assert any(r.num_draft_tokens > 0 for r in rounds)
+    finally:
+        ray.get(speculative.verifier.set_speculation.remote(4, False), timeout=120)
+    assert _run(speculative, prompts[:2], "after-adaptive") == reference[:2]
+
+
+def test_killed_rank_fails_requests_within_the_group_timeout(
+    cluster: TestCluster, prompts: list[list[int]]
+) -> None:
+    shards = _start("tp-fault", with_drafter=False)
+    try:
+        ids = [f"fault-{i}" for i in range(4)]
+        for rid, prompt in zip(ids, prompts[:4], strict=True):
+            shards.backend.submit(Request(rid, prompt, _params(400)))
+        deadline = time.monotonic() + 60
+        while not all(shards.sink.tokens(rid) for rid in ids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        killed_at = time.monotonic()
+        assert kill_actor(rank_name("tp-fault.verifier", 1))
+        shards.sink.wait_finished(ids, timeout_s=GROUP_TIMEOUT_S + 15)
+        took = time.monotonic() - killed_at
+        for rid in ids:
+            last = shards.sink.last(rid)
+            assert last.finish_reason == "error", last
+            assert "tensor-parallel group" in (last.error or ""), last.error
+        assert took < GROUP_TIMEOUT_S + 15
+        # the shard refuses new work with the same clear reason instead of hanging
+        shards.backend.submit(Request("late", prompts[0], _params(4)))
+        shards.sink.wait_finished(["late"], timeout_s=GROUP_TIMEOUT_S + 15)
+        assert shards.sink.last("late").finish_reason == "error"
+    finally:
+        _stop(shards)
