@@ -161,16 +161,25 @@ class VerifierShard:
             self._cond.notify_all()
 
     # -- calls from the control plane and the serving process ----------------------------------
+    def _group_down(self) -> str | None:
+        """Why the target's tensor-parallel group can no longer run (a rank is gone), if so."""
+        try:
+            target = self._load.get().built.engine.target
+        except NotReadyError:
+            return None
+        return getattr(target, "broken", None)
+
     def status(self) -> ShardStatus:
         load = self._load
+        group_down = self._group_down()
         return ShardStatus(
             role="verifier",
-            state=load.state,
+            state="failed" if group_down else load.state,
             node_id=self.context.node_id,
             node_name=self.context.node_name,
             pid=self.context.pid,
             instance_id=self.context.instance_id,
-            error=load.error,
+            error=group_down or load.error,
             loaded_bytes=load.loaded_bytes,
             total_bytes=load.total_bytes,
             load_time_s=load.load_time_s,
@@ -203,6 +212,9 @@ class VerifierShard:
 
     def submit(self, request: Request) -> SubmitResult:
         instance = self.context.instance_id
+        group_down = self._group_down()
+        if group_down:  # refused as stopped: a router sends the request to another replica
+            return SubmitResult(False, instance, "stopped", group_down)
         try:
             self._load.get().loop.submit(request)
         except NotReadyError as exc:

@@ -216,9 +216,11 @@ def test_killed_rank_fails_requests_within_the_group_timeout(
             assert last.finish_reason == "error", last
             assert "tensor-parallel group" in (last.error or ""), last.error
         assert took < GROUP_TIMEOUT_S + 15
-        # the shard refuses new work with the same clear reason instead of hanging
-        shards.backend.submit(Request("late", prompts[0], _params(4)))
-        shards.sink.wait_finished(["late"], timeout_s=GROUP_TIMEOUT_S + 15)
-        assert shards.sink.last("late").finish_reason == "error"
+        # the shard reports itself failed, naming the group, and refuses new work as stopped
+        # (a router sends it to another replica) instead of hanging
+        status = ray.get(shards.verifier.status.remote(), timeout=30)
+        assert status.state == "failed" and "tensor-parallel group" in (status.error or "")
+        refused = ray.get(shards.verifier.submit.remote(Request("late", prompts[0], _params(4))))
+        assert (refused.accepted, refused.kind) == (False, "stopped"), refused
     finally:
         _stop(shards)
