@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from daemon.runtime.errors import SpecError
-from daemon.shard.specs import ShardState
+from daemon.shard.node_context import NodeContext
+from daemon.shard.specs import ShardRole, ShardState, ShardStatus
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,24 @@ class BackgroundLoad(Generic[T]):
         self._value: T | None = None
         self._thread = threading.Thread(target=self._run, name=f"load-{name}", daemon=True)
         self._thread.start()
+
+    def report(
+        self, role: ShardRole, context: NodeContext, failure: str | None = None
+    ) -> ShardStatus:
+        """The shard's status: this load's state and progress, where the shard runs; a
+        `failure` found since (a broken parallel group) reports it as failed."""
+        return ShardStatus(
+            role=role,
+            state="failed" if failure else self.state,
+            node_id=context.node_id,
+            node_name=context.node_name,
+            pid=context.pid,
+            instance_id=context.instance_id,
+            error=failure or self.error,
+            loaded_bytes=self.loaded_bytes,
+            total_bytes=self.total_bytes,
+            load_time_s=self.load_time_s,
+        )
 
     def _progress(self, loaded_bytes: int, total_bytes: int) -> None:
         with self._lock:

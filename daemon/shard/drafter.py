@@ -79,19 +79,7 @@ class DrafterShard:
         return self.tp_address
 
     def status(self) -> ShardStatus:
-        load = self._load
-        return ShardStatus(
-            role="drafter",
-            state=load.state,
-            node_id=self.context.node_id,
-            node_name=self.context.node_name,
-            pid=self.context.pid,
-            instance_id=self.context.instance_id,
-            error=load.error,
-            loaded_bytes=load.loaded_bytes,
-            total_bytes=load.total_bytes,
-            load_time_s=load.load_time_s,
-        )
+        return self._load.report("drafter", self.context)
 
     def wait_ready(self, timeout_s: float) -> ShardStatus:
         self._load.wait(timeout_s)

@@ -7,6 +7,7 @@ from typing import Literal
 from daemon.runtime.parallel.group import DEFAULT_TIMEOUT_S
 
 ShardState = Literal["loading", "ready", "failed", "stopped"]
+ShardRole = Literal["verifier", "drafter", "stage"]
 
 
 @dataclass(slots=True)
@@ -27,6 +28,23 @@ class VerifierSpec:
     num_threads: int | None = None  # torch intra-op threads in the shard process
     tensor_parallel_size: int = 1  # the target over this many ranks (this shard is rank 0)
     tp_timeout_s: float = DEFAULT_TIMEOUT_S  # bound on every collective of the group
+    # pipeline parallel: this shard is the first stage, layers [0, end); the later stages are
+    # the actors named here, in order (see StageSpec)
+    layers: tuple[int, int] | None = None
+    pipeline_stages: list[str] = field(default_factory=list)
+    stage_timeout_s: float = DEFAULT_TIMEOUT_S  # bound on every call to a later stage
+
+
+@dataclass(slots=True)
+class StageSpec:
+    """A later stage of a pipeline-parallel verifier: layers [start, end) of the target."""
+
+    model_dir: str
+    layers: tuple[int, int]
+    num_slots: int  # the verifier's: the same slots and context length on every stage
+    max_model_len: int | None = None
+    dtype: str = "auto"
+    num_threads: int | None = None
 
 
 @dataclass(slots=True)
@@ -58,7 +76,7 @@ class RankSpec:
 
 @dataclass(slots=True)
 class ShardStatus:
-    role: Literal["verifier", "drafter"]
+    role: ShardRole
     state: ShardState
     node_id: str  # Ray node id the shard runs on
     node_name: str  # the node's specd.io/node label

@@ -35,6 +35,7 @@ from daemon.runtime.remote.remote_proposer import RemoteProposer
 from daemon.runtime.remote.remote_stats import RemoteStats
 from daemon.shard.background_load import BackgroundLoad, NotReadyError, Progress
 from daemon.shard.node_context import NodeContext
+from daemon.shard.pipeline_stage import RayStage
 from daemon.shard.ray_transport import NamedActorTransport
 from daemon.shard.specs import ShardStatus, VerifierSpec
 from daemon.shard.tokenizer_files import read_tokenizer_files
@@ -42,6 +43,7 @@ from daemon.shard.tokenizer_files import read_tokenizer_files
 logger = logging.getLogger(__name__)
 
 MAX_POLL_WAIT_S = 5.0
+STAGE_LOAD_TIMEOUT_S = 900.0
 SPECULATION_CHANGE_TIMEOUT_S = 60.0
 
 
@@ -124,6 +126,8 @@ class VerifierShard:
                 engine=config,
                 proposer=self._remote_proposer() if spec.proposer == "remote" else None,
                 target_tp=self._join_group(),
+                target_layers=spec.layers if spec.pipeline_stages else None,
+                target_stages=self._later_stages() or None,
             ),
             _summed(progress),
         )
@@ -139,6 +143,35 @@ class VerifierShard:
         return init_group(
             0, spec.tensor_parallel_size, self.tp_address, timeout_s=spec.tp_timeout_s
         )
+
+    def _later_stages(self) -> list[RayStage]:
+        """The pipeline's later stages, by name, once each has loaded (bounded wait)."""
+        import ray
+
+        spec = self.spec
+        if not spec.pipeline_stages:
+            return []
+        if spec.tensor_parallel_size > 1:
+            raise ModelLoadError("a verifier is either tensor- or pipeline-parallel, not both yet")
+        namespace = ray.get_runtime_context().namespace
+        stages = []
+        for index, name in enumerate(spec.pipeline_stages, start=1):
+            try:
+                handle = ray.get_actor(name, namespace=namespace)
+                status = ray.get(
+                    handle.wait_ready.remote(STAGE_LOAD_TIMEOUT_S),
+                    timeout=STAGE_LOAD_TIMEOUT_S + 30,
+                )
+            except Exception as exc:  # not found, died, or never answered
+                raise ModelLoadError(f"pipeline stage {index} ({name}) unreachable: {exc}") from exc
+            if status.state != "ready":
+                raise ModelLoadError(
+                    f"pipeline stage {index} ({name}) on {status.node_name} is {status.state}: "
+                    f"{status.error or 'still loading'}"
+                )
+            label = f"stage {index} on {status.node_name}"
+            stages.append(RayStage(label, handle, spec.stage_timeout_s))
+        return stages
 
     def _remote_proposer(self) -> RemoteProposer:
         """The drafter shard named in the spec, over Ray; looked up by name, again after any
@@ -170,20 +203,7 @@ class VerifierShard:
         return getattr(target, "broken", None)
 
     def status(self) -> ShardStatus:
-        load = self._load
-        group_down = self._group_down()
-        return ShardStatus(
-            role="verifier",
-            state="failed" if group_down else load.state,
-            node_id=self.context.node_id,
-            node_name=self.context.node_name,
-            pid=self.context.pid,
-            instance_id=self.context.instance_id,
-            error=group_down or load.error,
-            loaded_bytes=load.loaded_bytes,
-            total_bytes=load.total_bytes,
-            load_time_s=load.load_time_s,
-        )
+        return self._load.report("verifier", self.context, self._group_down())
 
     def tensor_parallel_address(self) -> str | None:
         """Where the target's other tensor-parallel ranks join (None: not tensor-parallel)."""

@@ -11,13 +11,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from daemon.shard.specs import DrafterSpec, RankSpec, ShardStatus, VerifierSpec
+from daemon.shard.specs import DrafterSpec, RankSpec, ShardStatus, StageSpec, VerifierSpec
 from specctl.apply.events import ApplyEvents
 from specctl.apply.state import ShardState
 from specctl.config.cluster import ClusterConfig
 from specctl.deploy.actors import (
     Placement,
     create_drafter,
+    create_stage,
     create_verifier,
     find_actor,
     kill_actor,
@@ -44,7 +45,7 @@ class DesiredShard:
     role: str
     replica: int
     node: str
-    spec: VerifierSpec | DrafterSpec
+    spec: VerifierSpec | DrafterSpec | StageSpec
     fingerprint: str
     speculation: str  # verifiers: the settings applied live
 
@@ -55,15 +56,18 @@ class DesiredShard:
 
 
 def desired_shards(config: ClusterConfig, plan: Plan, threads: int | None) -> list[DesiredShard]:
-    """Drafters first, then verifiers, per replica."""
+    """Per replica: the drafter, the verifier's later pipeline stages, then the verifier,
+    which reaches them by name."""
     shards: list[DesiredShard] = []
     for replica in range(plan.replicas):
         planned = plan.shards_of(replica)
         verifiers = [s for s in planned if s.role == "verifier"]
         drafter = next((s for s in planned if s.role == "drafter"), None)
         _check_supported(verifiers, drafter)
-        verifier = verifiers[0]
+        verifiers.sort(key=lambda v: v.stage)
+        verifier = verifiers[0]  # the first pipeline stage, or the whole target
         prefix = f"{plan.deployment}.r{replica}"
+        stages = [_stage(prefix, stage, threads) for stage in verifiers[1:]]
         # a tensor-parallel drafter is a group of its own (a process joins one group): its own
         # shard, even on the verifier's node
         remote_drafter = drafter is not None and (
@@ -72,7 +76,10 @@ def desired_shards(config: ClusterConfig, plan: Plan, threads: int | None) -> li
         if remote_drafter:
             assert drafter is not None
             shards.append(_drafter(prefix, drafter, verifier, threads))
-        shards.append(_verifier(prefix, config, plan, verifier, drafter, remote_drafter, threads))
+        shards.extend(stages)
+        shards.append(
+            _verifier(prefix, config, plan, verifier, drafter, remote_drafter, threads, stages)
+        )
     return shards
 
 
@@ -83,10 +90,11 @@ def _check_supported(verifiers: list[ShardPlan], drafter: ShardPlan | None) -> N
                 f"{shard.id}: dtype {shard.dtype} is for planning only; the runtime loads "
                 f"{', '.join(RUNTIME_DTYPES)}"
             )
-    if len(verifiers) != 1:
+    if len(verifiers) > 1 and any(v.tensor_parallel_size > 1 for v in verifiers):
         raise ShardError(
-            f"the verifier is split into {len(verifiers)} pipeline stages; pipeline parallelism "
-            "is not deployable yet: list one node in deployment.verifier.nodes"
+            f"the verifier is split into {len(verifiers)} pipeline stages with tensor parallelism "
+            "in each; that combination is not deployable yet: use tensor_parallel_size = 1 "
+            "with several nodes, or one node"
         )
 
 
@@ -109,6 +117,22 @@ def _drafter(prefix: str, drafter: ShardPlan, verifier: ShardPlan, threads: int 
     )
 
 
+def _stage(prefix: str, stage: ShardPlan, threads: int | None) -> DesiredShard:
+    """A later stage of a pipeline-parallel verifier (deployed before the verifier, which
+    reaches it by name)."""
+    spec = StageSpec(
+        model_dir=stage.model_path,
+        layers=(stage.layer_start, stage.layer_end),
+        num_slots=stage.max_batch_size,
+        max_model_len=stage.max_model_len,
+        dtype=stage.dtype,
+        num_threads=threads,
+    )
+    fingerprint = _fingerprint({"node": stage.node, **asdict(spec)})
+    actor = f"{prefix}.stage{stage.stage}"
+    return DesiredShard(actor, "stage", stage.replica, stage.node, spec, fingerprint, "")
+
+
 def _verifier(
     prefix: str,
     config: ClusterConfig,
@@ -117,6 +141,7 @@ def _verifier(
     drafter: ShardPlan | None,
     remote_drafter: bool,
     threads: int | None,
+    stages: list[DesiredShard],
 ) -> DesiredShard:
     speculation = config.deployment.speculation
     if drafter is None:
@@ -138,9 +163,13 @@ def _verifier(
         mode=speculation.mode,
         num_threads=threads,
         tensor_parallel_size=verifier.tensor_parallel_size,
+        layers=(verifier.layer_start, verifier.layer_end) if stages else None,
+        pipeline_stages=[stage.actor for stage in stages],
     )
     loaded = asdict(spec)
     live = {k: loaded.pop(k) for k in ("num_speculative_tokens", "adaptive")}
+    # a replaced stage is a new actor: the verifier holding the old one is replaced with it
+    loaded["stage_fingerprints"] = [stage.fingerprint for stage in stages]
     fingerprint = _fingerprint({"node": verifier.node, **loaded})
     return DesiredShard(
         f"{prefix}.verifier",
@@ -175,13 +204,16 @@ def deploy_shards(
         if handle is not None:
             kill_actor(shard.actor)
         events.step(name, "started", f"on {shard.node}")
-        tp = shard.spec.tensor_parallel_size
-        # a restarted rank 0 could not gather its group again: tensor-parallel shards are
-        # replaced by the next apply instead
-        restarts = DRAFTER_RESTARTS if shard.role == "drafter" else VERIFIER_RESTARTS
+        tp = getattr(shard.spec, "tensor_parallel_size", 1)
+        # Ray does not restart a tensor-parallel shard (rank 0 could not gather its group
+        # again) nor a pipeline stage (its KV cache empty, it could not serve the verifier's
+        # sequences): the verifier fails their requests, the next apply replaces them
+        restarts = {"drafter": DRAFTER_RESTARTS, "verifier": VERIFIER_RESTARTS}.get(shard.role, 0)
         placement = Placement(shard.node, max_restarts=restarts if tp == 1 else 0)
         if isinstance(shard.spec, VerifierSpec):
             handle = create_verifier(shard.actor, shard.spec, placement)
+        elif isinstance(shard.spec, StageSpec):
+            handle = create_stage(shard.actor, shard.spec, placement)
         else:
             handle = create_drafter(shard.actor, shard.spec, placement)
         if tp > 1:

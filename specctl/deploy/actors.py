@@ -4,7 +4,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from daemon.shard.node_context import NODE_LABEL
-from daemon.shard.specs import DrafterSpec, RankSpec, VerifierSpec
+from daemon.shard.specs import DrafterSpec, RankSpec, StageSpec, VerifierSpec
 from daemon.shard.verifier import VerifierShard
 from specctl.deploy.ray_connect import NAMESPACE
 
@@ -15,6 +15,8 @@ DRAFTER_CONCURRENCY = 1
 # A tensor-parallel rank's `run` blocks for its whole life; `status` answers beside it.
 RANK_CONCURRENCY = 2
 ADDRESS_TIMEOUT_S = 60.0
+# A stage's model calls come one at a time from its verifier; status answers beside them.
+STAGE_CONCURRENCY = 2
 
 
 @dataclass(slots=True)
@@ -53,6 +55,16 @@ def create_drafter(name: str, spec: DrafterSpec, placement: Placement) -> Any:
 
     actor_class = ray.remote(DrafterShard)
     return actor_class.options(**_options(name, placement, DRAFTER_CONCURRENCY)).remote(spec)
+
+
+def create_stage(name: str, spec: StageSpec, placement: Placement) -> Any:
+    """A later stage of a pipeline-parallel verifier (the verifier finds it by name)."""
+    import ray
+
+    from daemon.shard.pipeline_stage import PipelineStageShard
+
+    actor_class = ray.remote(PipelineStageShard)
+    return actor_class.options(**_options(name, placement, STAGE_CONCURRENCY)).remote(spec)
 
 
 def rank_name(shard_name: str, rank: int) -> str:

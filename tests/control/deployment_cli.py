@@ -17,6 +17,9 @@ DEMO_TARGET = REPO_ROOT / "packaging" / "demo-models" / "target"
 DEMO_DRAFT = REPO_ROOT / "packaging" / "demo-models" / "draft"
 APPLY_TIMEOUT_S = 300.0
 COMMAND_TIMEOUT_S = 120.0
+PROMPTS = ["def parse_args(argv):", "class Stack:\n    def push(self, item):"]
+SERVED_MODEL = "demo-target"
+MAX_TOKENS = 24
 
 
 def free_port() -> int:
@@ -124,3 +127,35 @@ class Cli:
             if Path(f"/proc/{pid}").exists():
                 pids.append(pid)
         return pids
+
+
+def greedy_ids(client: Any, prompts: list[str]) -> list[list[int]]:
+    """Greedy completions of `prompts` through the official openai client, as token ids."""
+    got = []
+    for prompt in prompts:
+        out = client.completions.create(
+            model=SERVED_MODEL,
+            prompt=prompt,
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
+        assert out.usage is not None and out.usage.completion_tokens == MAX_TOKENS
+        got.append(out.choices[0].token_ids)
+    return got
+
+
+def target_only_ids(prompts: list[str]) -> list[list[int]]:
+    """`specctl generate` of the demo target alone on `prompts`, as token ids."""
+    args = ["--target", str(DEMO_TARGET), "--max-tokens", str(MAX_TOKENS), "--ignore-eos"]
+    args += ["--dtype", "float32", "--json", *[a for p in prompts for a in ("--prompt", p)]]
+    done = subprocess.run(
+        [sys.executable, "-m", "specctl.cli", "generate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line)["token_ids"] for line in done.stdout.splitlines()]

@@ -4,10 +4,7 @@ read from another process while requests run, a second apply that changes nothin
 k that changes only that, and a down that leaves no process behind."""
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,11 +16,16 @@ import pytest
 from db import Store
 from tests.distributed.ray_cluster import ray_processes_under
 
-from .deployment_cli import DEMO_TARGET, REPO_ROOT, Cli, free_port, local_cluster_file
+from .deployment_cli import (
+    PROMPTS,
+    SERVED_MODEL,
+    Cli,
+    free_port,
+    greedy_ids,
+    local_cluster_file,
+    target_only_ids,
+)
 
-PROMPTS = ["def parse_args(argv):", "class Stack:\n    def push(self, item):"]
-MAX_TOKENS = 24
-SERVED_MODEL = "demo-target"
 # Where the drafter goes. On the verifier's node, the verifier runs the draft model in its own
 # process (no drafter shard); on drafter-node, a drafter shard of its own serves it remotely.
 DRAFTER_NODE = "drafter-node"
@@ -49,21 +51,6 @@ def _client(cli: Cli) -> openai.OpenAI:
     return openai.OpenAI(base_url=endpoint, api_key="unused", timeout=60.0, max_retries=0)
 
 
-def _target_only(prompts: list[str]) -> list[list[int]]:
-    args = ["--target", str(DEMO_TARGET), "--max-tokens", str(MAX_TOKENS), "--ignore-eos"]
-    args += ["--dtype", "float32", "--json", *[a for p in prompts for a in ("--prompt", p)]]
-    done = subprocess.run(
-        [sys.executable, "-m", "specctl.cli", "generate", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO_ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr
-    return [json.loads(line)["token_ids"] for line in done.stdout.splitlines()]
-
-
 def test_apply_prints_the_endpoint_and_status_shows_the_shards(
     deployment: tuple[Cli, Path],
 ) -> None:
@@ -85,18 +72,7 @@ def test_apply_prints_the_endpoint_and_status_shows_the_shards(
 def test_openai_client_greedy_equals_generate_target_only(deployment: tuple[Cli, Path]) -> None:
     cli, _ = deployment
     client = _client(cli)
-    got = []
-    for prompt in PROMPTS:
-        out = client.completions.create(
-            model=SERVED_MODEL,
-            prompt=prompt,
-            max_tokens=MAX_TOKENS,
-            temperature=0,
-            extra_body={"ignore_eos": True, "return_token_ids": True},
-        )
-        assert out.usage is not None and out.usage.completion_tokens == MAX_TOKENS
-        got.append(out.choices[0].token_ids)  # type: ignore[attr-defined]
-    assert got == _target_only(PROMPTS)
+    assert greedy_ids(client, PROMPTS) == target_only_ids(PROMPTS)
     chat = client.chat.completions.create(
         model=SERVED_MODEL, messages=[{"role": "user", "content": "def f(x):"}], max_tokens=8
     )

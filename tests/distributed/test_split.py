@@ -18,6 +18,7 @@ from specctl.deploy.actors import Placement, create_drafter, create_verifier, ki
 from specctl.deploy.remote_backend import RemoteBackend, served_model
 from tests.distributed.conftest import DRAFTER_NODE, VERIFIER_NODE
 from tests.distributed.ray_cluster import TestCluster
+from tests.distributed.workload import TEXTS
 from tests.engine.helpers import DeltaCollector, make_engine, run_greedy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -25,16 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 LOAD_TIMEOUT_S = 180.0
 FINISH_TIMEOUT_S = 120.0
 MAX_TOKENS = 24
-TEXTS = [
-    "def main():",
-    "import os\nimport sys\n\n",
-    "class Config:\n    def __init__(self, path, *, strict=False):\n        self.path",
-    "x",
-    "    for i in range(10):\n        if i % 2:\n",
-    "def parse_args(argv):\n    parser = argparse.ArgumentParser()\n",
-    "return",
-    "# utilities\n\ndef read_file(path):\n    with open(path) as f:\n",
-]
 
 
 @dataclass(slots=True)

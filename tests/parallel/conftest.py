@@ -1,5 +1,6 @@
-"""One two-node Ray cluster for this package, token auth on: the tensor-parallel ranks of a
-shard share a node; the drafter's and the verifier's groups sit on different nodes."""
+"""One three-node Ray cluster for this package, token auth on: the tensor-parallel ranks of a
+shard share a node; the drafter's and the verifier's groups sit on different nodes; a
+pipeline-parallel verifier's later stage has a node of its own."""
 
 from collections.abc import Iterator
 
@@ -10,11 +11,13 @@ from tests.distributed.ray_cluster import TestCluster, ray_processes_under
 
 VERIFIER_NODE = "tp-verifier"
 DRAFTER_NODE = "tp-drafter"
+STAGE_NODE = "pp-stage"  # a pipeline's later stage
 
 
 @pytest.fixture(scope="package")
 def cluster() -> Iterator[TestCluster]:
-    test_cluster = TestCluster([LocalNodeSpec(VERIFIER_NODE), LocalNodeSpec(DRAFTER_NODE)])
+    nodes = [LocalNodeSpec(VERIFIER_NODE), LocalNodeSpec(DRAFTER_NODE), LocalNodeSpec(STAGE_NODE)]
+    test_cluster = TestCluster(nodes)
     yield test_cluster
     leftover = test_cluster.close()
     assert leftover == [], f"Ray processes survived the cluster's stop: {leftover}"

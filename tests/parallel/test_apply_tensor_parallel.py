@@ -7,8 +7,14 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.control.deployment_cli import Cli, free_port, local_cluster_file
-from tests.control.test_apply_e2e import MAX_TOKENS, PROMPTS, SERVED_MODEL, _target_only
+from tests.control.deployment_cli import (
+    PROMPTS,
+    Cli,
+    free_port,
+    greedy_ids,
+    local_cluster_file,
+    target_only_ids,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -37,17 +43,7 @@ def test_tp2_deployment_greedy_equals_generate_target_only(deployment: Cli) -> N
         "drafter": "drafter-node",
     }
     client = openai.OpenAI(base_url=status["endpoint"], api_key="-", timeout=60, max_retries=0)
-    got = []
-    for prompt in PROMPTS:
-        out = client.completions.create(
-            model=SERVED_MODEL,
-            prompt=prompt,
-            max_tokens=MAX_TOKENS,
-            temperature=0,
-            extra_body={"ignore_eos": True, "return_token_ids": True},
-        )
-        got.append(out.choices[0].token_ids)  # type: ignore[attr-defined]
-    assert got == _target_only(PROMPTS)
+    assert greedy_ids(client, PROMPTS) == target_only_ids(PROMPTS)
 
 
 def test_down_stops_every_rank(deployment: Cli) -> None:

@@ -13,7 +13,6 @@ import pytest
 import ray
 
 from daemon.runtime.engine.request import Request
-from daemon.runtime.sampling.params import SamplingParams
 from daemon.shard.specs import DrafterSpec, RankSpec, VerifierSpec
 from specctl.demo_pair import demo_pair_dirs
 from specctl.deploy.actors import (
@@ -26,26 +25,15 @@ from specctl.deploy.actors import (
 )
 from specctl.deploy.remote_backend import RemoteBackend, served_model
 from tests.distributed.ray_cluster import TestCluster
-from tests.engine.helpers import DeltaCollector, make_engine, run_greedy
+from tests.distributed.workload import MAX_TOKENS, TEXTS, drafted, greedy, run_all, target_only
+from tests.engine.helpers import DeltaCollector
 from tests.parallel.conftest import DRAFTER_NODE, VERIFIER_NODE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 LOAD_TIMEOUT_S = 180.0
-FINISH_TIMEOUT_S = 120.0
 GROUP_TIMEOUT_S = 15.0  # every collective of a group; the bound on noticing a lost rank
-MAX_TOKENS = 24
 BATCH = 8
-TEXTS = [
-    "def main():",
-    "import os\nimport sys\n\n",
-    "class Config:\n    def __init__(self, path, *, strict=False):\n        self.path",
-    "x",
-    "    for i in range(10):\n        if i % 2:\n",
-    "def parse_args(argv):\n    parser = argparse.ArgumentParser()\n",
-    "return",
-    "# utilities\n\ndef read_file(path):\n    with open(path) as f:\n",
-]
 
 
 @dataclass(slots=True)
@@ -122,26 +110,17 @@ def prompts(speculative: Shards) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def reference(prompts: list[list[int]]) -> list[list[int]]:
-    target, _ = demo_pair_dirs()
-    engine = make_engine(target, batch=BATCH, max_model_len=None, dtype="float32")
-    return [o.token_ids for o in run_greedy(engine, prompts, MAX_TOKENS)]
+    return target_only(prompts, BATCH)
 
 
-def _params(max_tokens: int) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-
-
-def _run(shards: Shards, prompts: list[list[int]], tag: str, max_tokens: list[int] | None = None):
-    ids = [f"{tag}-{i}" for i in range(len(prompts))]
-    lengths = max_tokens or [MAX_TOKENS] * len(prompts)
-    for rid, prompt, n in zip(ids, prompts, lengths, strict=True):
-        shards.backend.submit(Request(rid, prompt, _params(n)))
-    shards.sink.wait_finished(ids, timeout_s=FINISH_TIMEOUT_S)
-    return [shards.sink.tokens(rid) for rid in ids]
+def _run(
+    shards: Shards, prompts: list[list[int]], tag: str, max_tokens: list[int] | None = None
+) -> list[list[int]]:
+    return run_all(shards.backend, shards.sink, prompts, tag, max_tokens)
 
 
 def _drafted(shards: Shards, since: int = 0) -> int:
-    return sum(r.num_draft_tokens for o in shards.sink.outputs[since:] for r in o.rounds)
+    return drafted(shards.sink, since)
 
 
 def test_ranks_share_their_shards_node(speculative: Shards) -> None:
@@ -203,7 +182,7 @@ def test_killed_rank_fails_requests_within_the_group_timeout(
     try:
         ids = [f"fault-{i}" for i in range(4)]
         for rid, prompt in zip(ids, prompts[:4], strict=True):
-            shards.backend.submit(Request(rid, prompt, _params(400)))
+            shards.backend.submit(Request(rid, prompt, greedy(400)))
         deadline = time.monotonic() + 60
         while not all(shards.sink.tokens(rid) for rid in ids) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -220,7 +199,7 @@ def test_killed_rank_fails_requests_within_the_group_timeout(
         # (a router sends it to another replica) instead of hanging
         status = ray.get(shards.verifier.status.remote(), timeout=30)
         assert status.state == "failed" and "tensor-parallel group" in (status.error or "")
-        refused = ray.get(shards.verifier.submit.remote(Request("late", prompts[0], _params(4))))
+        refused = ray.get(shards.verifier.submit.remote(Request("late", prompts[0], greedy(4))))
         assert (refused.accepted, refused.kind) == (False, "stopped"), refused
     finally:
         _stop(shards)

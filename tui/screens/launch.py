@@ -12,6 +12,7 @@ from rich.text import Text
 from textual import on, work
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Label, Static
@@ -151,11 +152,14 @@ class LaunchScreen(SpecctlScreen):
     def _show_status_if_idle(self, status: DeploymentStatus) -> None:
         if self.is_busy:
             return
-        self.query_one("#launch-state", Static).update(status.summary())
         shards = Text()
         for actor, role, node in status.shards:
             shards.append(f"{role:<9} ", "bold").append(f"{node:<16} ").append(f"{actor}\n", "dim")
-        self.query_one("#deployed-shards", Static).update(shards)
+        try:
+            self.query_one("#launch-state", Static).update(status.summary())
+            self.query_one("#deployed-shards", Static).update(shards)
+        except NoMatches:  # the reading arrived after the screen was taken down (app exit)
+            return
 
     # ---- events ----
 

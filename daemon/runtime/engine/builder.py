@@ -11,8 +11,10 @@ from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.errors import IncompatibleModelsError, ModelLoadError
 from daemon.runtime.model import load_model
+from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.parallel.group import TensorParallel
 from daemon.runtime.parallel.leader import as_leader
+from daemon.runtime.parallel.pipeline import PipelineLM, Stage
 from daemon.runtime.proposers.base import Proposer
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.proposers.ngram import NgramProposer
@@ -33,6 +35,8 @@ class EngineSpec:
     engine: EngineConfig | None = None
     proposer: Proposer | None = None  # built elsewhere (a remote drafter): no draft, no ngram
     target_tp: TensorParallel | None = None  # this process is rank 0 of the target's TP group
+    target_layers: tuple[int, int] | None = None  # the first pipeline stage's layers [0, end)
+    target_stages: list[Stage] | None = None  # the later pipeline stages, in order
 
 
 @dataclass(slots=True)
@@ -62,8 +66,12 @@ def build_engine(spec: EngineSpec, progress: BuildProgress | None = None) -> Bui
             max_model_len=spec.max_model_len,
             progress=_named(progress, "target"),
             tp=spec.target_tp,
+            layers=spec.target_layers,
         )
     )
+    if spec.target_stages:
+        assert isinstance(target, LlamaForCausalLM)
+        target = PipelineLM(target, spec.target_stages)
     proposer: Proposer | None = spec.proposer
     if spec.draft is not None:
         draft = load(

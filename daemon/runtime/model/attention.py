@@ -12,9 +12,13 @@ from daemon.runtime.model.rotary import apply_rotary
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, config: ModelConfig, layer: int, dtype: torch.dtype, cache_layer: int | None = None
+    ) -> None:
+        """`layer`: the model's layer index; `cache_layer`: its index in this runner's KV cache
+        (a pipeline stage holds only its own layers), by default the same."""
         super().__init__()
-        self.layer = layer
+        self.layer = layer if cache_layer is None else cache_layer
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim

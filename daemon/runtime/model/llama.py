@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from daemon.runtime.errors import RequestError
+from daemon.runtime.errors import ModelLoadError, RequestError
 from daemon.runtime.model.attention import Attention
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.config import ModelConfig
@@ -19,14 +19,19 @@ from daemon.runtime.parallel.group import TensorParallel
 
 class DecoderLayer(nn.Module):
     def __init__(
-        self, config: ModelConfig, layer: int, dtype: torch.dtype, tp: TensorParallel
+        self,
+        config: ModelConfig,
+        layer: int,
+        dtype: torch.dtype,
+        tp: TensorParallel,
+        cache_layer: int,
     ) -> None:
         """`config` is this rank's shard of the model (see sharding.shard_config)."""
         super().__init__()
         self.tp = tp
         eps, hidden = config.rms_norm_eps, config.hidden_size
         self.input_layernorm = RMSNorm(hidden, eps, dtype)
-        self.self_attn = Attention(config, layer, dtype)
+        self.self_attn = Attention(config, layer, dtype, cache_layer)
         self.post_attention_layernorm = RMSNorm(hidden, eps, dtype)
         self.mlp = GatedMLP(hidden, config.intermediate_size, config.mlp_bias, dtype)
 
@@ -66,11 +71,24 @@ class LlamaForCausalLM(nn.Module):
         dtype: torch.dtype,
         device: torch.device,
         tp: TensorParallel | None = None,
+        layers: tuple[int, int] | None = None,
     ) -> None:
+        """`layers`: a pipeline stage's layers [start, end) (None: all of them). The first
+        stage embeds the tokens, the last one holds the final norm and the LM head."""
         super().__init__()
         self.config = config
         self.tp = tp or TensorParallel(0, 1)
         local = shard_config(config, self.tp.size)
+        num_layers = config.num_hidden_layers
+        start, end = layers or (0, num_layers)
+        if not 0 <= start < end <= num_layers:
+            raise ModelLoadError(
+                f"{config.source}: pipeline stage layers [{start}, {end}) are not within the "
+                f"model's {num_layers} layers"
+            )
+        self.layer_offset = start
+        self.is_first, self.is_last = start == 0, end == num_layers
+        tied = config.tie_word_embeddings
         self.vocab_size = config.vocab_size
         self.max_model_len = max_model_len
         self.num_slots = num_slots
@@ -79,19 +97,28 @@ class LlamaForCausalLM(nn.Module):
         with torch.device("meta"):
             # _weight skips the random init, whose meta-device path imports torch._dynamo (and
             # with it triton, which prints binding-leak warnings at exit).
-            embed = torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)
-            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=embed)
-            layers = [
-                DecoderLayer(local, i, dtype, self.tp) for i in range(config.num_hidden_layers)
+            self.embed_tokens: nn.Embedding | None = None
+            if self.is_first or (self.is_last and tied):
+                embed = torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)
+                self.embed_tokens = nn.Embedding(
+                    config.vocab_size, config.hidden_size, _weight=embed
+                )
+            stage = [
+                DecoderLayer(local, start + i, dtype, self.tp, cache_layer=i)
+                for i in range(end - start)
             ]
-            self.layers = nn.ModuleList(layers)
-            self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
+            self.layers = nn.ModuleList(stage)
+            self.norm: RMSNorm | None = None
             self.lm_head: nn.Linear | None = None
-            if not config.tie_word_embeddings:
-                self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, False, dtype=dtype)
+            if self.is_last:
+                self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
+                if not tied:
+                    self.lm_head = nn.Linear(
+                        config.hidden_size, config.vocab_size, False, dtype=dtype
+                    )
         self.rotary = RotaryEmbedding(config, max_model_len, dtype).to(device)
         self.cache = KVCache(
-            num_layers=config.num_hidden_layers,
+            num_layers=end - start,
             num_slots=num_slots,
             num_kv_heads=local.num_key_value_heads,
             max_model_len=max_model_len,
@@ -101,8 +128,13 @@ class LlamaForCausalLM(nn.Module):
         )
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
-        """Append each chunk to its slot's cache; logits float32 as `batch.logits_mode` asks."""
+    def forward(
+        self, batch: ForwardBatch, hidden: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """Append each chunk to its slot's cache; logits float32 as `batch.logits_mode` asks.
+
+        A pipeline stage after the first takes the previous stage's `hidden` [B, T, hidden];
+        a stage before the last returns its own hidden states [B, T, hidden] instead of logits."""
         check_batch(
             batch,
             num_slots=self.num_slots,
@@ -113,20 +145,33 @@ class LlamaForCausalLM(nn.Module):
         )
         meta = build_metadata(batch, self.device)
         cos_sin = self.rotary(meta.positions)
-        # [B, T, hidden]
-        x = self.embed_tokens(meta.token_ids)
+        if self.is_first:
+            assert self.embed_tokens is not None
+            # [B, T, hidden]
+            x = self.embed_tokens(meta.token_ids)
+        elif hidden is None:
+            raise RequestError("a pipeline stage after the first needs the previous hidden states")
+        else:
+            x = hidden
         for layer in self.layers:
             x = layer(x, cos_sin, meta, self.cache)
+        if not self.is_last:
+            return x
         if batch.logits_mode is LogitsMode.NONE:
             return None
         if batch.logits_mode is LogitsMode.LAST:
             # [B, hidden]
             x = x[torch.arange(batch.num_seqs, device=x.device), meta.last_index]
+        assert self.norm is not None
         return self.lm_head_logits(self.norm(x))
 
     def lm_head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., hidden] -> float32 logits [..., V]."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        if self.lm_head is not None:
+            weight = self.lm_head.weight
+        else:
+            assert self.embed_tokens is not None
+            weight = self.embed_tokens.weight
         return F.linear(hidden, weight).float()
 
     def free_slot(self, slot: int) -> None:

@@ -40,6 +40,7 @@ def load_model(
     backend: str = "auto",
     progress: LoadProgress | None = None,
     tp: TensorParallel | None = None,
+    layers: tuple[int, int] | None = None,
 ) -> CausalLM:
     """Load the checkpoint in `path` (config.json + safetensors) with `num_slots` KV-cache slots.
 
@@ -48,6 +49,7 @@ def load_model(
     progress: told (bytes loaded, total bytes) as weights arrive (per tensor on the lean path;
     at start and end on the transformers path).
     tp: load this rank's shard of a tensor-parallel model (lean runner only).
+    layers: load a pipeline stage, layers [start, end) (lean runner only).
     """
     model_dir = Path(path)
     raw = read_raw_config(model_dir)
@@ -63,12 +65,12 @@ def load_model(
     if _use_lean(raw, backend, source):
         config = ModelConfig.from_dict(raw, source=source)
         return load_lean(
-            model_dir, config, torch_dtype, torch_device, num_slots, max_len, progress, tp
+            model_dir, config, torch_dtype, torch_device, num_slots, max_len, progress, tp, layers
         )
-    if tp is not None and tp.size > 1:
+    if (tp is not None and tp.size > 1) or layers is not None:
         raise ModelLoadError(
-            f"{source}: tensor parallelism needs the lean runner, which does not support this "
-            "architecture"
+            f"{source}: tensor and pipeline parallelism need the lean runner, which does not "
+            "support this architecture"
         )
     from daemon.runtime.model.hf_fallback import HFCausalLM
 
@@ -153,9 +155,16 @@ def load_lean(
     max_model_len: int,
     progress: LoadProgress | None = None,
     tp: TensorParallel | None = None,
+    layers: tuple[int, int] | None = None,
 ) -> LlamaForCausalLM:
     model = LlamaForCausalLM(
-        config, max_model_len=max_model_len, num_slots=num_slots, dtype=dtype, device=device, tp=tp
+        config,
+        max_model_len=max_model_len,
+        num_slots=num_slots,
+        dtype=dtype,
+        device=device,
+        tp=tp,
+        layers=layers,
     )
     params = model.state_dict()
     total_bytes = sum(p.numel() * p.element_size() for p in params.values())
@@ -176,6 +185,9 @@ def _load_param(
 ) -> torch.Tensor:
     """The checkpoint tensor(s) for lean parameter `name`, fused parts concatenated on dim 0;
     on a tensor-parallel rank, this rank's shard of them (sharding.py)."""
+    if name.startswith("layers.") and model.layer_offset:  # a pipeline stage's own numbering
+        _, index, rest = name.split(".", 2)
+        name = f"layers.{int(index) + model.layer_offset}.{rest}"
     hf_name = name if name.startswith("lm_head.") else f"model.{name}"
     prefix, module_name, kind = ("", *hf_name.rsplit(".", 2))[-3:]
     rank, size = model.tp.rank, model.tp.size

@@ -1,0 +1,53 @@
+"""The prompts, reference and request helpers shared by the tests that run shards on a real
+Ray cluster (split, tensor-parallel and pipeline-parallel shapes)."""
+
+from daemon.runtime.engine.request import Request
+from daemon.runtime.sampling.params import SamplingParams
+from specctl.demo_pair import demo_pair_dirs
+from specctl.deploy.remote_backend import RemoteBackend
+from tests.engine.helpers import DeltaCollector, make_engine, run_greedy
+
+MAX_TOKENS = 24
+FINISH_TIMEOUT_S = 120.0
+TEXTS = [
+    "def main():",
+    "import os\nimport sys\n\n",
+    "class Config:\n    def __init__(self, path, *, strict=False):\n        self.path",
+    "x",
+    "    for i in range(10):\n        if i % 2:\n",
+    "def parse_args(argv):\n    parser = argparse.ArgumentParser()\n",
+    "return",
+    "# utilities\n\ndef read_file(path):\n    with open(path) as f:\n",
+]
+
+
+def greedy(max_tokens: int = MAX_TOKENS) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+
+
+def target_only(prompts: list[list[int]], batch: int = 8) -> list[list[int]]:
+    """Greedy outputs of the demo target alone, in this process."""
+    target, _ = demo_pair_dirs()
+    engine = make_engine(target, batch=batch, max_model_len=None, dtype="float32")
+    return [o.token_ids for o in run_greedy(engine, prompts, MAX_TOKENS)]
+
+
+def run_all(
+    backend: RemoteBackend,
+    sink: DeltaCollector,
+    prompts: list[list[int]],
+    tag: str,
+    max_tokens: list[int] | None = None,
+) -> list[list[int]]:
+    """Greedy outputs of `prompts` sent together (a ragged batch) through `backend`."""
+    ids = [f"{tag}-{i}" for i in range(len(prompts))]
+    lengths = max_tokens or [MAX_TOKENS] * len(prompts)
+    for rid, prompt, n in zip(ids, prompts, lengths, strict=True):
+        backend.submit(Request(rid, prompt, greedy(n)))
+    sink.wait_finished(ids, timeout_s=FINISH_TIMEOUT_S)
+    return [sink.tokens(rid) for rid in ids]
+
+
+def drafted(sink: DeltaCollector, since: int = 0) -> int:
+    """Draft tokens proposed in the rounds reported since output `since`."""
+    return sum(r.num_draft_tokens for o in sink.outputs[since:] for r in o.rounds)

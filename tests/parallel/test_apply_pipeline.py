@@ -1,0 +1,96 @@
+"""`specctl apply` of a verifier split 4:2 over two local Ray nodes (pipeline parallel) with
+its drafter on a third: status lists the stage on its node, the official client's greedy output
+equals target-only `specctl generate`, and `specctl down` leaves no process."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.control.deployment_cli import (
+    DEMO_DRAFT,
+    DEMO_TARGET,
+    PROMPTS,
+    Cli,
+    free_port,
+    greedy_ids,
+    target_only_ids,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _cluster_file(path: Path, port: int) -> Path:
+    nodes = "".join(
+        f'[[nodes]]\nname = "{n}"\nspecd = "local"\n\n'
+        for n in ("verifier-node", "stage-node", "drafter-node")
+    )
+    path.write_text(
+        f"""{nodes}[[models]]
+name = "demo-target"
+path = "{DEMO_TARGET}"
+dtype = "float32"
+
+[[models]]
+name = "demo-draft"
+path = "{DEMO_DRAFT}"
+dtype = "float32"
+
+[deployment]
+name = "pp-demo"
+
+[deployment.verifier]
+model = "demo-target"
+nodes = ["verifier-node", "stage-node"]
+pipeline_split = [4, 2]
+
+[deployment.drafter]
+model = "demo-draft"
+node = "drafter-node"
+
+[deployment.speculation]
+k = 4
+
+[server]
+host = "127.0.0.1"
+port = {port}
+max_batch_size = 8
+"""
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    root = tmp_path_factory.mktemp("apply-pp")
+    cli = Cli(root / "home")
+    done = cli.apply(_cluster_file(root / "cluster.toml", free_port()))
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield cli
+    finally:
+        cli.run("down", timeout_s=180)
+        leftover = cli.processes()
+        assert not leftover, f"processes left after down: {leftover}"
+
+
+def test_pipeline_deployment_greedy_equals_generate_target_only(deployment: Cli) -> None:
+    status = deployment.status()
+    where = sorted((s["role"], s["node"], s["state"]) for s in status["shards"])
+    assert where == [
+        ("drafter", "drafter-node", "ready"),
+        ("stage", "stage-node", "ready"),
+        ("verifier", "verifier-node", "ready"),
+    ]
+    client = openai.OpenAI(base_url=status["endpoint"], api_key="-", timeout=60, max_retries=0)
+    assert greedy_ids(client, PROMPTS) == target_only_ids(PROMPTS)
+
+
+def test_second_apply_changes_nothing(deployment: Cli) -> None:
+    before = deployment.status()
+    done = deployment.apply(Path(before["config_path"]))
+    assert done.returncode == 0, done.stderr
+    after = deployment.status()
+    assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
+    assert "changed: nothing" in done.stdout
