@@ -1,10 +1,14 @@
 """The prompts, reference and request helpers shared by the tests that run shards on a real
 Ray cluster (split, tensor-parallel and pipeline-parallel shapes)."""
 
+from dataclasses import dataclass
+from typing import Any
+
 from daemon.runtime.engine.request import Request
 from daemon.runtime.sampling.params import SamplingParams
 from specctl.demo_pair import demo_pair_dirs
-from specctl.deploy.remote_backend import RemoteBackend
+from specctl.deploy.actors import kill_actor
+from specctl.deploy.remote_backend import RemoteBackend, served_model
 from tests.engine.helpers import DeltaCollector, make_engine, run_greedy
 
 MAX_TOKENS = 24
@@ -51,3 +55,36 @@ def run_all(
 def drafted(sink: DeltaCollector, since: int = 0) -> int:
     """Draft tokens proposed in the rounds reported since output `since`."""
     return sum(r.num_draft_tokens for o in sink.outputs[since:] for r in o.rounds)
+
+
+@dataclass(slots=True)
+class Served:
+    """A verifier shard behind a RemoteBackend, and every actor it needs (killed by `stop`)."""
+
+    names: list[str]
+    verifier: Any
+    backend: RemoteBackend
+    sink: DeltaCollector
+
+    @staticmethod
+    def start(verifier: Any, name: str, actors: list[str], timeout_s: float = 180.0) -> "Served":
+        """Wait for the verifier `name` (a handle) to load, then serve it; `actors`: all the
+        actors to kill at the end, the verifier's included."""
+        model = served_model(verifier, "demo", timeout_s=timeout_s)
+        sink = DeltaCollector()
+        backend = RemoteBackend(verifier, model, actor_name=name)
+        backend.start(sink)
+        return Served(actors, verifier, backend, sink)
+
+    def stop(self) -> None:
+        self.backend.stop()
+        for name in self.names:
+            kill_actor(name)
+
+    def run(
+        self, prompts: list[list[int]], tag: str, max_tokens: list[int] | None = None
+    ) -> list[list[int]]:
+        return run_all(self.backend, self.sink, prompts, tag, max_tokens)
+
+    def drafted(self, since: int = 0) -> int:
+        return drafted(self.sink, since)

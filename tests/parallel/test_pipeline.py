@@ -5,7 +5,6 @@ killed stage ends the verifier's requests with an error naming the stage, within
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 import ray
@@ -20,10 +19,8 @@ from specctl.deploy.actors import (
     create_verifier,
     kill_actor,
 )
-from specctl.deploy.remote_backend import RemoteBackend, served_model
 from tests.distributed.ray_cluster import TestCluster
-from tests.distributed.workload import TEXTS, drafted, greedy, run_all, target_only
-from tests.engine.helpers import DeltaCollector
+from tests.distributed.workload import TEXTS, Served, greedy, target_only
 from tests.parallel.conftest import DRAFTER_NODE, STAGE_NODE, VERIFIER_NODE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -34,15 +31,7 @@ SPLIT = 4  # of the demo target's 6 layers: 4 on the verifier's node, 2 on the s
 BATCH = 8
 
 
-@dataclass(slots=True)
-class Pipeline:
-    names: list[str]
-    verifier: object
-    backend: RemoteBackend
-    sink: DeltaCollector
-
-
-def _start(name: str, *, with_drafter: bool) -> Pipeline:
+def _start(name: str, *, with_drafter: bool) -> Served:
     target, draft = demo_pair_dirs()
     names = []
     stage_name = f"{name}.stage1"
@@ -73,30 +62,20 @@ def _start(name: str, *, with_drafter: bool) -> Pipeline:
         Placement(VERIFIER_NODE),
     )  # fmt: skip
     names.append(verifier_name)
-    model = served_model(verifier, "demo", timeout_s=LOAD_TIMEOUT_S)
-    sink = DeltaCollector()
-    backend = RemoteBackend(verifier, model, actor_name=verifier_name)
-    backend.start(sink)
-    return Pipeline(names, verifier, backend, sink)
-
-
-def _stop(pipeline: Pipeline) -> None:
-    pipeline.backend.stop()
-    for name in pipeline.names:
-        kill_actor(name)
+    return Served.start(verifier, verifier_name, names, LOAD_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
-def pipeline(cluster: TestCluster) -> Iterator[Pipeline]:
+def pipeline(cluster: TestCluster) -> Iterator[Served]:
     started = _start("pp", with_drafter=True)
     try:
         yield started
     finally:
-        _stop(started)
+        started.stop()
 
 
 @pytest.fixture(scope="module")
-def prompts(pipeline: Pipeline) -> list[list[int]]:
+def prompts(pipeline: Served) -> list[list[int]]:
     tokenizer = pipeline.backend.model.tokenizer
     return [tokenizer.encode(text) for text in TEXTS]
 
@@ -106,11 +85,7 @@ def reference(prompts: list[list[int]]) -> list[list[int]]:
     return target_only(prompts, BATCH)
 
 
-def _run(pipeline: Pipeline, prompts: list[list[int]], tag: str) -> list[list[int]]:
-    return run_all(pipeline.backend, pipeline.sink, prompts, tag)
-
-
-def test_stages_run_on_their_nodes(pipeline: Pipeline) -> None:
+def test_stages_run_on_their_nodes(pipeline: Served) -> None:
     stage = ray.get_actor("pp.stage1", namespace="specctl")
     status = ray.get(stage.status.remote(), timeout=30)
     verifier = ray.get(pipeline.verifier.status.remote(), timeout=30)
@@ -120,7 +95,7 @@ def test_stages_run_on_their_nodes(pipeline: Pipeline) -> None:
 
 @pytest.mark.parametrize(("k", "adaptive"), [(4, False), (6, True), (0, False)])
 def test_pipeline_greedy_equals_target_only(
-    pipeline: Pipeline,
+    pipeline: Served,
     prompts: list[list[int]],
     reference: list[list[int]],
     k: int,
@@ -129,8 +104,8 @@ def test_pipeline_greedy_equals_target_only(
     ray.get(pipeline.verifier.set_speculation.remote(k, adaptive), timeout=120)
     try:
         before = len(pipeline.sink.outputs)
-        assert _run(pipeline, prompts, f"k{k}-{adaptive}") == reference
-        assert (drafted(pipeline.sink, before) > 0) == (k > 0)
+        assert pipeline.run(prompts, f"k{k}-{adaptive}") == reference
+        assert (pipeline.drafted(before) > 0) == (k > 0)
     finally:
         ray.get(pipeline.verifier.set_speculation.remote(4, False), timeout=120)
 
@@ -157,4 +132,4 @@ def test_killed_stage_fails_requests_naming_it(
         status = ray.get(started.verifier.status.remote(), timeout=30)
         assert status.state == "failed" and "stage 1" in (status.error or "")
     finally:
-        _stop(started)
+        started.stop()

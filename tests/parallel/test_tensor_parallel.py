@@ -7,7 +7,6 @@ an error within the group's timeout instead of hanging."""
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 import ray
@@ -23,10 +22,8 @@ from specctl.deploy.actors import (
     rank_name,
     start_ranks,
 )
-from specctl.deploy.remote_backend import RemoteBackend, served_model
 from tests.distributed.ray_cluster import TestCluster
-from tests.distributed.workload import MAX_TOKENS, TEXTS, drafted, greedy, run_all, target_only
-from tests.engine.helpers import DeltaCollector
+from tests.distributed.workload import MAX_TOKENS, TEXTS, Served, greedy, target_only
 from tests.parallel.conftest import DRAFTER_NODE, VERIFIER_NODE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -36,14 +33,6 @@ GROUP_TIMEOUT_S = 15.0  # every collective of a group; the bound on noticing a l
 BATCH = 8
 
 
-@dataclass(slots=True)
-class Shards:
-    names: list[str]  # every actor, ranks included
-    verifier: object
-    backend: RemoteBackend
-    sink: DeltaCollector
-
-
 def _rank_template(model_dir: str) -> RankSpec:
     return RankSpec(
         model_dir, rank=0, size=2, address="", num_slots=BATCH, dtype="float32",
@@ -51,7 +40,7 @@ def _rank_template(model_dir: str) -> RankSpec:
     )  # fmt: skip
 
 
-def _start(name: str, *, with_drafter: bool) -> Shards:
+def _start(name: str, *, with_drafter: bool) -> Served:
     target, draft = demo_pair_dirs()
     names: list[str] = []
     drafter_name = f"{name}.drafter"
@@ -80,30 +69,20 @@ def _start(name: str, *, with_drafter: bool) -> Shards:
     )  # fmt: skip
     start_ranks(verifier_name, verifier, _rank_template(str(target)), Placement(VERIFIER_NODE))
     names += [verifier_name, rank_name(verifier_name, 1)]
-    model = served_model(verifier, "demo", timeout_s=LOAD_TIMEOUT_S)
-    sink = DeltaCollector()
-    backend = RemoteBackend(verifier, model, actor_name=verifier_name)
-    backend.start(sink)
-    return Shards(names, verifier, backend, sink)
-
-
-def _stop(shards: Shards) -> None:
-    shards.backend.stop()
-    for name in shards.names:
-        kill_actor(name)
+    return Served.start(verifier, verifier_name, names, LOAD_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
-def speculative(cluster: TestCluster) -> Iterator[Shards]:
+def speculative(cluster: TestCluster) -> Iterator[Served]:
     shards = _start("tp-spec", with_drafter=True)
     try:
         yield shards
     finally:
-        _stop(shards)
+        shards.stop()
 
 
 @pytest.fixture(scope="module")
-def prompts(speculative: Shards) -> list[list[int]]:
+def prompts(speculative: Served) -> list[list[int]]:
     tokenizer = speculative.backend.model.tokenizer
     return [tokenizer.encode(text) for text in TEXTS]
 
@@ -113,17 +92,7 @@ def reference(prompts: list[list[int]]) -> list[list[int]]:
     return target_only(prompts, BATCH)
 
 
-def _run(
-    shards: Shards, prompts: list[list[int]], tag: str, max_tokens: list[int] | None = None
-) -> list[list[int]]:
-    return run_all(shards.backend, shards.sink, prompts, tag, max_tokens)
-
-
-def _drafted(shards: Shards, since: int = 0) -> int:
-    return drafted(shards.sink, since)
-
-
-def test_ranks_share_their_shards_node(speculative: Shards) -> None:
+def test_ranks_share_their_shards_node(speculative: Served) -> None:
     for name in speculative.names:
         if ".rank" not in name:
             continue
@@ -134,45 +103,45 @@ def test_ranks_share_their_shards_node(speculative: Shards) -> None:
 
 
 def test_tp2_drafter_and_verifier_greedy_equals_target_only(
-    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+    speculative: Served, prompts: list[list[int]], reference: list[list[int]]
 ) -> None:
     before = len(speculative.sink.outputs)
-    assert _run(speculative, prompts, "all") == reference
-    assert _drafted(speculative, before) > 0  # the TP drafter drafted, the TP verifier judged
+    assert speculative.run(prompts, "all") == reference
+    assert speculative.drafted(before) > 0  # the TP drafter drafted, the TP verifier judged
 
 
 def test_ragged_lengths_finished_sequences_drop_out(
-    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+    speculative: Served, prompts: list[list[int]], reference: list[list[int]]
 ) -> None:
     lengths = [3, MAX_TOKENS, 1, 11, MAX_TOKENS, 6, 17, 2]
-    outputs = _run(speculative, prompts, "ragged", lengths)
+    outputs = speculative.run(prompts, "ragged", lengths)
     assert outputs == [ref[:n] for ref, n in zip(reference, lengths, strict=True)]
 
 
 def test_k0_for_every_sequence_is_lossless(
-    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+    speculative: Served, prompts: list[list[int]], reference: list[list[int]]
 ) -> None:
     ray.get(speculative.verifier.set_speculation.remote(0, False), timeout=120)
     try:
         before = len(speculative.sink.outputs)
-        assert _run(speculative, prompts, "k0") == reference
-        assert _drafted(speculative, before) == 0  # nobody drafted, the groups kept in step
+        assert speculative.run(prompts, "k0") == reference
+        assert speculative.drafted(before) == 0  # nobody drafted, the groups kept in step
     finally:
         ray.get(speculative.verifier.set_speculation.remote(4, False), timeout=120)
 
 
 def test_adaptive_some_sequences_draft_is_lossless(
-    speculative: Shards, prompts: list[list[int]], reference: list[list[int]]
+    speculative: Served, prompts: list[list[int]], reference: list[list[int]]
 ) -> None:
     ray.get(speculative.verifier.set_speculation.remote(6, True), timeout=120)
     try:
         before = len(speculative.sink.outputs)
-        assert _run(speculative, prompts, "adaptive") == reference
+        assert speculative.run(prompts, "adaptive") == reference
         rounds = [r for o in speculative.sink.outputs[before:] for r in o.rounds]
         assert any(r.num_draft_tokens > 0 for r in rounds)
     finally:
         ray.get(speculative.verifier.set_speculation.remote(4, False), timeout=120)
-    assert _run(speculative, prompts[:2], "after-adaptive") == reference[:2]
+    assert speculative.run(prompts[:2], "after-adaptive") == reference[:2]
 
 
 def test_killed_rank_fails_requests_within_the_group_timeout(
@@ -202,4 +171,4 @@ def test_killed_rank_fails_requests_within_the_group_timeout(
         refused = ray.get(shards.verifier.submit.remote(Request("late", prompts[0], greedy(4))))
         assert (refused.accepted, refused.kind) == (False, "stopped"), refused
     finally:
-        _stop(shards)
+        shards.stop()
