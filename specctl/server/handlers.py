@@ -1,8 +1,9 @@
 """The two generation endpoints: validated body in, a JSON response or an event stream out."""
 
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
+from pydantic import BaseModel
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 
@@ -15,7 +16,7 @@ from specctl.server.engine_requests import (
     engine_requests,
 )
 from specctl.server.frontend import Frontend
-from specctl.server.generation import ClientGone, Generation
+from specctl.server.generation import Choice, ClientGone, Generation
 from specctl.server.openai_models import ChatCompletionRequest, CompletionRequest
 from specctl.server.openai_responses import (
     AssistantMessage,
@@ -52,36 +53,52 @@ async def _start(
     return gen, head
 
 
+async def _respond(
+    gen: Generation,
+    head: StreamHeader,
+    http: HttpRequest,
+    stream: bool,
+    events: Callable[[Generation, StreamHeader], AsyncIterator[str]],
+    build: Callable[[list[Choice]], BaseModel],
+) -> Response:
+    """The event stream, or the whole response once every choice has finished (499 when the
+    client left first)."""
+    if stream:
+        return SSEResponse(events(gen, head), gen)
+    try:
+        choices = await gen.collect(http)
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return JSONResponse(build(choices).model_dump(mode="json"))
+
+
 async def create_completion(
     body: CompletionRequest, http: HttpRequest, frontend: Frontend
 ) -> Response:
     gen, head = await _start(
         frontend, body, "cmpl", lambda m: completion_prompts(body, m), "prompt"
     )
-    if body.stream:
-        return SSEResponse(completion_events(gen, head), gen)
-    try:
-        choices = await gen.collect(http)
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
     with_ids = head.with_ids
-    response = CompletionResponse(
-        id=head.id,
-        created=head.created,
-        model=head.model,
-        choices=[
-            CompletionChoice(
-                index=c.index,
-                text=c.text,
-                finish_reason=c.finish_reason,
-                prompt_token_ids=c.prompt_token_ids if with_ids else None,
-                token_ids=c.token_ids if with_ids else None,
-            )
-            for c in choices
-        ],
-        usage=Usage.of(gen.num_prompt_tokens, gen.num_output_tokens),
-    )
-    return JSONResponse(response.model_dump(mode="json"))
+
+    def build(choices: list[Choice]) -> CompletionResponse:
+        return CompletionResponse(
+            id=head.id,
+            created=head.created,
+            model=head.model,
+            choices=[
+                CompletionChoice(
+                    index=c.index,
+                    text=c.text,
+                    finish_reason=c.finish_reason,
+                    prompt_token_ids=c.prompt_token_ids if with_ids else None,
+                    token_ids=c.token_ids if with_ids else None,
+                )
+                for c in choices
+            ],
+            usage=Usage.of(gen.num_prompt_tokens, gen.num_output_tokens),
+        )
+
+    return await _respond(gen, head, http, body.stream, completion_events, build)
 
 
 async def create_chat_completion(
@@ -90,27 +107,24 @@ async def create_chat_completion(
     gen, head = await _start(
         frontend, body, "chatcmpl", lambda m: [chat_prompt(body, m)], "messages"
     )
-    if body.stream:
-        return SSEResponse(chat_events(gen, head), gen)
-    try:
-        choices = await gen.collect(http)
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
     with_ids = head.with_ids
-    response = ChatCompletionResponse(
-        id=head.id,
-        created=head.created,
-        model=head.model,
-        choices=[
-            ChatChoice(
-                index=c.index,
-                message=AssistantMessage(content=c.text),
-                finish_reason=c.finish_reason,
-                token_ids=c.token_ids if with_ids else None,
-            )
-            for c in choices
-        ],
-        usage=Usage.of(gen.num_prompt_tokens, gen.num_output_tokens),
-        prompt_token_ids=choices[0].prompt_token_ids if with_ids else None,
-    )
-    return JSONResponse(response.model_dump(mode="json"))
+
+    def build(choices: list[Choice]) -> ChatCompletionResponse:
+        return ChatCompletionResponse(
+            id=head.id,
+            created=head.created,
+            model=head.model,
+            choices=[
+                ChatChoice(
+                    index=c.index,
+                    message=AssistantMessage(content=c.text),
+                    finish_reason=c.finish_reason,
+                    token_ids=c.token_ids if with_ids else None,
+                )
+                for c in choices
+            ],
+            usage=Usage.of(gen.num_prompt_tokens, gen.num_output_tokens),
+            prompt_token_ids=choices[0].prompt_token_ids if with_ids else None,
+        )
+
+    return await _respond(gen, head, http, body.stream, chat_events, build)
