@@ -88,11 +88,19 @@ def _drafter_references(config: ClusterConfig) -> list[Problem]:
     model_names = [m.name for m in config.models]
     drafter = config.deployment.drafter
     if drafter.is_ngram:
+        problems = []
         if drafter.node is not None:
-            return [
+            problems.append(
                 ((*DRAFTER, "node"), "the n-gram drafter runs inside the verifier; remove node")
-            ]
-        return []
+            )
+        if drafter.tensor_parallel_size != 1:
+            problems.append(
+                (
+                    (*DRAFTER, "tensor_parallel_size"),
+                    "the n-gram drafter has no model to split; remove tensor_parallel_size",
+                )
+            )
+        return problems
     problems: list[Problem] = []
     if drafter.model not in model_names:
         problems.append(

@@ -103,6 +103,15 @@ CASES = [
         "deployment.drafter.node: the n-gram drafter runs inside the verifier; remove node",
     ),
     (
+        "n-gram drafter given a tensor-parallel size",
+        [
+            ('model = "llama-8b"', 'model = "ngram"'),
+            ('node = "rtx5090"', f"tensor_parallel_size = 2 {MARK}"),  # instead of a node
+        ],
+        "deployment.drafter.tensor_parallel_size: the n-gram drafter has no model to split; "
+        "remove tensor_parallel_size",
+    ),
+    (
         "k and adaptive together",
         [
             ('mode = "overlapped"', "adaptive = true"),
