@@ -1,4 +1,15 @@
-"""Cost-scaled target: the trained target plus layers whose output projections are zero.
+"""Cost-scaled targets: the trained target made costlier without changing what it predicts.
+
+Two shapes, which stress different things:
+- narrow (`build_cost_scaled_target`): many added layers of the trained width, each a copy of a
+  trained layer with its output projections zeroed. Many small ops: per-op overhead dominates.
+- wide (`build_wide_target`): the trained layers with their MLPs widened to
+  `intermediate_size` (float32, weights well past the last-level cache). The added gate/up rows
+  are copies of trained rows and the added down_proj columns are zero, so every added unit
+  contributes exactly 0. A decode step is bound by reading the weights, as a large model's is
+  on a GPU; verifying k + 1 tokens should cost about one step.
+
+Narrow, in detail:
 
 Each added layer is a copy of a trained layer with `o_proj` and `down_proj` set to zero, so it
 adds exactly 0 to the residual stream (x + 0 == x bit for bit, in any dtype): predictions are
@@ -114,6 +125,53 @@ def build_cost_scaled_target(
     return dst
 
 
+WIDE_INTERMEDIATE = 16384
+
+
+def _widened_tensors(tensors: dict[str, torch.Tensor], layers: int, width: int) -> dict:
+    out = dict(tensors)
+    for i in range(layers):
+        prefix = f"model.layers.{i}.mlp."
+        for part in ("gate_proj", "up_proj"):
+            w = tensors[prefix + part + ".weight"]  # [I, hidden]
+            reps = -(-width // w.shape[0])
+            out[prefix + part + ".weight"] = w.repeat(reps, 1)[:width].contiguous()
+        down = tensors[prefix + "down_proj.weight"]  # [hidden, I]
+        wide = down.new_zeros((down.shape[0], width))
+        wide[:, : down.shape[1]] = down
+        out[prefix + "down_proj.weight"] = wide
+    return out
+
+
+def build_wide_target(
+    src_dir: Path | str, dst_dir: Path | str, intermediate_size: int = WIDE_INTERMEDIATE
+) -> Path:
+    """Write a HF dir = src target with every MLP widened to `intermediate_size` (the added
+    units' down_proj columns zero: same predictions), stored float32; returns dst_dir."""
+    src, dst = Path(src_dir), Path(dst_dir)
+    cfg = _read_config(src)
+    trained = cfg["intermediate_size"]
+    if intermediate_size < trained:
+        raise ValueError(
+            f"intermediate_size {intermediate_size} is below the trained width {trained}"
+        )
+    tensors = {k: v.float() for k, v in load_file(src / "model.safetensors").items()}
+    dst.mkdir(parents=True, exist_ok=True)
+    save_file(
+        _widened_tensors(tensors, cfg["num_hidden_layers"], intermediate_size),
+        dst / "model.safetensors",
+        metadata={"format": "pt"},
+    )
+    cfg["intermediate_size"] = intermediate_size
+    cfg["torch_dtype"] = cfg["dtype"] = "float32"
+    cfg["specctl_cost_scale"] = {"shape": "wide", "trained_intermediate_size": trained}
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    for name in COPIED_FILES:
+        if (src / name).exists():
+            shutil.copy2(src / name, dst / name)
+    return dst
+
+
 @torch.no_grad()
 def measure_step_seconds(model_dir: Path | str, context: int = 128, steps: int = 32) -> float:
     """Best-of-`steps` seconds of a batch-1 single-token forward with a KV cache (fp32, CPU)."""
@@ -138,10 +196,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dst", type=Path, required=True)
     p.add_argument("--extra-layers", type=int, default=None)
     p.add_argument("--cost-ratio", type=float, default=30.0)
+    p.add_argument("--wide", type=int, default=None, help="build the wide shape of this width")
     p.add_argument("--measure", action="store_true", help="time draft vs scaled target")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    dst = build_cost_scaled_target(args.src, args.dst, args.extra_layers, args.cost_ratio)
+    if args.wide:
+        dst = build_wide_target(args.src, args.dst, args.wide)
+    else:
+        dst = build_cost_scaled_target(args.src, args.dst, args.extra_layers, args.cost_ratio)
     cfg, draft_cfg = _read_config(dst), _read_config(args.src.parent / "draft")
     flop_ratio = decode_flops(cfg) / decode_flops(draft_cfg)
     print(f"{dst}: {cfg['num_hidden_layers']} layers, FLOP ratio vs draft {flop_ratio:.1f}")

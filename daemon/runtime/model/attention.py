@@ -7,6 +7,7 @@ from torch import nn
 from daemon.runtime.model.config import ModelConfig
 from daemon.runtime.model.forward_metadata import ForwardMetadata
 from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.linear import Linear
 from daemon.runtime.model.rmsnorm import RMSNorm
 from daemon.runtime.model.rotary import apply_rotary
 
@@ -27,8 +28,8 @@ class Attention(nn.Module):
         self.split_sizes = (q_size, kv_size, kv_size)
         hidden = config.hidden_size
         # weight [q + 2 * kv, hidden]: q rows, then k rows, then v rows
-        self.qkv_proj = nn.Linear(hidden, sum(self.split_sizes), config.qkv_bias, dtype=dtype)
-        self.o_proj = nn.Linear(q_size, hidden, bias=config.o_proj_bias, dtype=dtype)
+        self.qkv_proj = Linear(hidden, sum(self.split_sizes), config.qkv_bias, dtype=dtype)
+        self.o_proj = Linear(q_size, hidden, bias=config.o_proj_bias, dtype=dtype)
         self.q_norm: RMSNorm | None = None
         self.k_norm: RMSNorm | None = None
         if config.qk_norm:

@@ -10,6 +10,7 @@ from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.config import ModelConfig
 from daemon.runtime.model.forward_metadata import ForwardMetadata, build_metadata, check_batch
 from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.linear import Linear
 from daemon.runtime.model.mlp import GatedMLP
 from daemon.runtime.model.rmsnorm import RMSNorm
 from daemon.runtime.model.rotary import RotaryEmbedding
@@ -109,13 +110,11 @@ class LlamaForCausalLM(nn.Module):
             ]
             self.layers = nn.ModuleList(stage)
             self.norm: RMSNorm | None = None
-            self.lm_head: nn.Linear | None = None
+            self.lm_head: Linear | None = None
             if self.is_last:
                 self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
                 if not tied:
-                    self.lm_head = nn.Linear(
-                        config.hidden_size, config.vocab_size, False, dtype=dtype
-                    )
+                    self.lm_head = Linear(config.hidden_size, config.vocab_size, False, dtype=dtype)
         self.rotary = RotaryEmbedding(config, max_model_len, dtype).to(device)
         self.cache = KVCache(
             num_layers=end - start,
@@ -168,11 +167,10 @@ class LlamaForCausalLM(nn.Module):
     def lm_head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., hidden] -> float32 logits [..., V]."""
         if self.lm_head is not None:
-            weight = self.lm_head.weight
-        else:
-            assert self.embed_tokens is not None
-            weight = self.embed_tokens.weight
-        return F.linear(hidden, weight).float()
+            return self.lm_head(hidden).float()
+        assert self.embed_tokens is not None
+        # tied: the embedding's dense weight (a packed copy would double the largest tensor)
+        return F.linear(hidden, self.embed_tokens.weight).float()
 
     def free_slot(self, slot: int) -> None:
         """Nothing to release: the next user of `slot` starts at position 0 and overwrites it."""

@@ -9,6 +9,7 @@ import torch
 
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.config import DTYPES, LEAN_ARCHITECTURES, LEAN_ROPE_TYPES, ModelConfig
+from daemon.runtime.model.linear import prepack_linears
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.model.sharding import (
@@ -177,6 +178,7 @@ def load_lean(
             if progress is not None:
                 progress(done_bytes, total_bytes)
     model.load_state_dict(state, strict=True, assign=True)
+    prepack_linears(model)
     return model.requires_grad_(False).eval()
 
 

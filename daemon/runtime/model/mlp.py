@@ -4,14 +4,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from daemon.runtime.model.linear import Linear
+
 
 class GatedMLP(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool, dtype: torch.dtype):
         super().__init__()
         self.intermediate_size = intermediate_size
         # weight [2 * intermediate, hidden]: gate rows, then up rows
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias, dtype=dtype)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias, dtype=dtype)
+        self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, bias=bias, dtype=dtype)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`x` [B, T, hidden] -> [B, T, hidden]."""
