@@ -14,10 +14,20 @@ from pathlib import Path
 
 import torch
 
-from bench.costs import speedup_bound
+from bench.costs import forward_seconds, speedup_bound
+from bench.machine import describe_machine
 from bench.peers.result import PeerResult
 from bench.spec_engine import RunResult, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
+from daemon.runtime.model.protocol import CausalLM
+
+SHAPE_DESCRIPTIONS = {
+    "narrow": "narrow: the demo target plus many zero-output layers of its width (many small "
+    "ops: per-op and per-round overhead dominate)",
+    "wide": "wide: the demo target with its MLPs widened by zero-output units, float32, "
+    "weights well past the last-level cache (a decode step is bound by reading weights, as a "
+    "large model's is on a GPU; verifying k+1 tokens should cost about one step)",
+}
 
 
 @dataclass(slots=True)
@@ -29,12 +39,14 @@ class BenchConfig:
     out_dir: Path
     num_prompts: int = 8
     max_tokens: int = 64
-    k: int = 4
+    k: int = 4  # the peers' k, and the fixed k of the analytic bound
+    sweep_ks: list[int] = field(default_factory=lambda: [2, 4, 6])  # fixed k runs beside adaptive
     concurrencies: list[int] = field(default_factory=lambda: [1, 4, 16, 32])
     dtype: str = "float32"
     peers: bool = True
     vllm_timeout_s: float = 1800.0
     threads: int | None = None  # torch intra-op threads (and vLLM's OMP threads)
+    shape: str = "custom"  # "narrow" | "wide" | "custom": which cost-scaled target this is
 
 
 @dataclass(slots=True)
@@ -66,11 +78,11 @@ def from_run(r: RunResult, prompts: str) -> Row:
     )
 
 
-def from_peer(p: PeerResult, prompts: str) -> Row:
+def from_peer(p: PeerResult, prompts: str, concurrency: int = 1) -> Row:
     return Row(
         p.engine,
         p.mode,
-        1,
+        concurrency,
         prompts,
         p.tokens_per_s,
         p.acceptance_rate,
@@ -80,69 +92,110 @@ def from_peer(p: PeerResult, prompts: str) -> Row:
     )
 
 
+def fixed_ks(cfg: BenchConfig) -> list[int]:
+    return sorted(set(cfg.sweep_ks) | {cfg.k})
+
+
 def specctl_rows(
-    bench: SpecBench, cfg: BenchConfig, code: list[list[int]]
+    bench: SpecBench, cfg: BenchConfig, prompt_sets: dict[str, list[list[int]]]
 ) -> tuple[list[Row], list[RunResult]]:
+    """Per prompt set and concurrency: target-only, every fixed k, adaptive (ceiling: the
+    largest fixed k), side by side on the same loaded models."""
+    rows: list[Row] = []
     runs: list[RunResult] = []
-    for conc in cfg.concurrencies:
-        work = code if conc == 1 else repeat_to(code, conc)
-        runs.append(bench.run("target-only", work, cfg.max_tokens, conc))
-        runs.append(bench.run(f"spec k={cfg.k}", work, cfg.max_tokens, conc, k=cfg.k))
-        runs.append(bench.run("spec adaptive", work, cfg.max_tokens, conc, k=cfg.k, adaptive=True))
-    return [from_run(r, "code") for r in runs], runs
+    ceiling = max(fixed_ks(cfg))
+    for name, prompts in prompt_sets.items():
+        for conc in cfg.concurrencies:
+            work = prompts if conc == 1 else repeat_to(prompts, conc)
+            group = [bench.run("target-only", work, cfg.max_tokens, conc)]
+            group += [
+                bench.run(f"spec k={k}", work, cfg.max_tokens, conc, k=k) for k in fixed_ks(cfg)
+            ]
+            group.append(
+                bench.run("spec adaptive", work, cfg.max_tokens, conc, k=ceiling, adaptive=True)
+            )
+            rows += [from_run(r, name) for r in group]
+            if name == "code":
+                runs += group
+    return rows, runs
 
 
-def prose_rows(bench: SpecBench, cfg: BenchConfig) -> list[Row]:
-    if cfg.prose_prompts is None:
-        return []
-    prose = tokenize(bench.tokenizer, load_prompt_texts(cfg.prose_prompts)[: cfg.num_prompts])
-    runs = [
-        bench.run("target-only", prose, cfg.max_tokens, 1),
-        bench.run(f"spec k={cfg.k}", prose, cfg.max_tokens, 1, k=cfg.k),
-    ]
-    return [from_run(r, "prose") for r in runs]
+def adaptive_summary(rows: list[Row]) -> list[dict[str, object]]:
+    """Adaptive against the best fixed k and against target-only, per prompt set and
+    concurrency (the same run's figures)."""
+    out: list[dict[str, object]] = []
+    for prompts, conc in sorted(
+        {(r.prompts, r.concurrency) for r in rows if r.engine == "specctl"}
+    ):
+        group = [
+            r
+            for r in rows
+            if r.engine == "specctl" and (r.prompts, r.concurrency) == (prompts, conc)
+        ]
+        fixed = [r for r in group if r.mode.startswith("spec k=")]
+        adaptive = next((r for r in group if r.mode == "spec adaptive"), None)
+        plain = next((r for r in group if r.mode == "target-only"), None)
+        if not fixed or adaptive is None or plain is None:
+            continue
+        best = max(fixed, key=lambda r: r.tokens_per_s)
+        out.append(
+            {
+                "prompts": prompts,
+                "concurrency": conc,
+                "best_fixed": best.mode,
+                "best_fixed_tokens_per_s": best.tokens_per_s,
+                "adaptive_tokens_per_s": adaptive.tokens_per_s,
+                "adaptive_over_best_fixed": adaptive.tokens_per_s / best.tokens_per_s,
+                "adaptive_over_target_only": adaptive.tokens_per_s / plain.tokens_per_s,
+            }
+        )
+    return out
 
 
 def peer_rows(cfg: BenchConfig, code: list[list[int]]) -> tuple[list[Row], list[str]]:
-    """transformers and vLLM on the same prompts. A peer that fails is reported in a note:
-    it never costs the rest of the report."""
+    """transformers (batch 1) and vLLM (every concurrency) on the same prompts. A peer that
+    fails is reported in a note: it never costs the rest of the report."""
     from bench.peers.hf_peer import run_hf_assisted, run_hf_generate
     from bench.peers.vllm_runner import run_vllm, vllm_available
 
-    runs: list[tuple[str, Callable[[], PeerResult]]] = [
-        ("generate", lambda: run_hf_generate(cfg.target, code, cfg.max_tokens,
-                                                          dtype=cfg.dtype)),
-        (f"assisted k={cfg.k}", lambda: run_hf_assisted(
+    runs: list[tuple[str, int, Callable[[], PeerResult]]] = [
+        ("generate", 1, lambda: run_hf_generate(cfg.target, code, cfg.max_tokens,
+                                                             dtype=cfg.dtype)),
+        (f"assisted k={cfg.k}", 1, lambda: run_hf_assisted(
             cfg.target, cfg.draft, code, cfg.max_tokens, num_assistant_tokens=cfg.k,
             dtype=cfg.dtype)),
     ]  # fmt: skip
     notes: list[str] = []
     ok, reason = vllm_available()
     if ok:
-        timeout = cfg.vllm_timeout_s
-        runs.append(
-            (
-                "no speculation",
-                lambda: run_vllm(cfg.target, None, cfg.k, code, cfg.max_tokens, 1, timeout),
-            )
-        )
-        runs.append(
-            (
-                f"draft_model k={cfg.k}",
-                lambda: run_vllm(cfg.target, cfg.draft, cfg.k, code, cfg.max_tokens, 1, timeout),
-            )
-        )
+        for conc in cfg.concurrencies:
+            work = code if conc == 1 else repeat_to(code, conc)
+            for name, draft in (("no speculation", None), (f"draft_model k={cfg.k}", cfg.draft)):
+                runs.append((name, conc, _vllm_run(cfg, draft, work, conc, run_vllm)))
     else:
         notes.append(f"vLLM not run: {reason}")
     rows: list[Row] = []
-    for name, run in runs:
+    for name, conc, run in runs:
         try:
-            row = from_peer(run(), "code")
+            row = from_peer(run(), "code", conc)
             row.mode = name  # e.g. "draft_model k=4": the peer's own mode is only "sequential"
             rows.append(row)
         except Exception as exc:  # a peer's failure is a finding to report, not a crash
-            notes.append(f"peer run '{name}' failed: {type(exc).__name__}: {exc}")
+            notes.append(f"peer run '{name}' at concurrency {conc} failed: "
+                         f"{type(exc).__name__}: {exc}")  # fmt: skip
     return rows, notes
+
+
+def _vllm_run(
+    cfg: BenchConfig,
+    draft: Path | None,
+    work: list[list[int]],
+    conc: int,
+    run_vllm: Callable[..., PeerResult],
+) -> Callable[[], PeerResult]:
+    return lambda: run_vllm(
+        cfg.target, draft, cfg.k, work, cfg.max_tokens, conc, cfg.vllm_timeout_s
+    )
 
 
 def add_ratios(rows: list[Row]) -> None:
@@ -157,6 +210,7 @@ def add_ratios(rows: list[Row]) -> None:
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, object]:
+    """Every engine on one target shape; the report as a dict (see write_report)."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -164,22 +218,31 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
         os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{cfg.threads - 1}"
     bench = SpecBench(cfg.target, cfg.draft, cfg.dtype, max(cfg.concurrencies))
-    code = tokenize(bench.tokenizer, load_prompt_texts(cfg.code_prompts)[: cfg.num_prompts])
-    rows, runs = specctl_rows(bench, cfg, code)
-    rows += prose_rows(bench, cfg)
+    sets = {"code": cfg.code_prompts, "prose": cfg.prose_prompts}
+    prompt_sets = {
+        name: tokenize(bench.tokenizer, load_prompt_texts(path)[: cfg.num_prompts])
+        for name, path in sets.items()
+        if path is not None
+    }
+    code = prompt_sets["code"]
+    rows, runs = specctl_rows(bench, cfg, prompt_sets)
     notes: list[str] = []
     if cfg.peers:
         more, notes = peer_rows(cfg, code)
         rows += more
     add_ratios(rows)
-    fixed = next(r for r in runs if r.concurrency == 1 and r.mode.startswith("spec k="))
+    fixed = next(r for r in runs if r.concurrency == 1 and r.mode == f"spec k={cfg.k}")
     plain = next(r for r in runs if r.concurrency == 1 and r.mode == "target-only")
     alpha = fixed.per_position_acceptance(cfg.k) or 0.0
     bound = speedup_bound(bench.target, bench.draft, alpha, cfg.k)
     measured = fixed.tokens_per_s / plain.tokens_per_s
-    report = {
+    return {
+        "shape": cfg.shape,
+        "shape_description": SHAPE_DESCRIPTIONS.get(cfg.shape, str(cfg.target)),
         "config": {k: str(v) for k, v in asdict(cfg).items()},
         "rows": [asdict(r) for r in rows],
+        "adaptive": adaptive_summary(rows),
+        "forward_curve": forward_curve(bench.target),
         "bound": {
             **asdict(bound),
             "cost_ratio": bound.cost_ratio,
@@ -192,5 +255,22 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
         ),
         "notes": notes,
     }
-    (cfg.out_dir / "bench.json").write_text(json.dumps(report, indent=2))
-    return report
+
+
+def forward_curve(target: CausalLM, batches: tuple[int, ...] = (1, 4, 16)) -> dict[str, list]:
+    """time(t tokens) / time(1 token) of one target pass, t = 1..9, per batch size."""
+    curve: dict[str, list] = {}
+    for batch in batches:
+        if batch > target.num_slots:
+            continue
+        ms = [1000 * forward_seconds(target, t, batch=batch, repeats=8) for t in range(1, 10)]
+        curve[str(batch)] = [{"t": t + 1, "ms": m, "over_t1": m / ms[0]} for t, m in enumerate(ms)]
+    return curve
+
+
+def write_report(out_dir: Path, reports: list[dict[str, object]], threads: int | None) -> Path:
+    """bench.json: the machine, then one report per target shape."""
+    path = out_dir / "bench.json"
+    data = {"machine": describe_machine(threads), "shapes": reports}
+    path.write_text(json.dumps(data, indent=2))
+    return path

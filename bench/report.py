@@ -15,6 +15,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
     console = console or make_console()
+    console.print(f"[bold]target shape[/bold] {report.get('shape_description', '')}")
     table = Table(title="specctl bench (greedy, EOS ignored, same prompts for every engine)")
     for col in (
         "engine",
@@ -52,11 +53,37 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         f"measured {b['measured_speedup']:.2f}x; efficiency {b['efficiency']:.2f}"
     )
     console.print(f"greedy outputs identical to target-only at batch 1: {report['lossless']}")
+    _print_adaptive(report.get("adaptive", []), console)
+    for batch, points in report.get("forward_curve", {}).items():
+        curve = " ".join(f"{p['over_t1']:.2f}" for p in points)
+        console.print(
+            f"target pass of t tokens over 1 token, batch {batch}, t=1..9: {curve} "
+            f"(t=1: {points[0]['ms']:.1f} ms)"
+        )
     for note in report["notes"]:
         console.print(f"note: {note}")
 
 
-def plot_report(report: dict[str, Any], path: Path) -> Path | None:
+def _print_adaptive(summary: list[dict[str, Any]], console: Console) -> None:
+    if not summary:
+        return
+    table = Table(title="adaptive k against the best fixed k (same run)")
+    for col in ("prompts", "conc.", "best fixed", "tokens/s", "adaptive", "x best", "x target"):
+        table.add_column(col, justify="left" if col in ("prompts", "best fixed") else "right")
+    for a in summary:
+        table.add_row(
+            a["prompts"],
+            str(a["concurrency"]),
+            a["best_fixed"],
+            f"{a['best_fixed_tokens_per_s']:.1f}",
+            f"{a['adaptive_tokens_per_s']:.1f}",
+            f"{a['adaptive_over_best_fixed']:.3f}",
+            f"{a['adaptive_over_target_only']:.2f}",
+        )
+    console.print(table)
+
+
+def plot_report(reports: list[dict[str, Any]], path: Path) -> Path | None:
     """Bars at batch 1 (every engine), lines for specctl under concurrency; None without
     matplotlib."""
     try:
@@ -66,26 +93,33 @@ def plot_report(report: dict[str, Any], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    rows = [r for r in report["rows"] if r["prompts"] == "code"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    single = [r for r in rows if r["concurrency"] == 1]
-    left.barh([f"{r['engine']} {r['mode']}" for r in single], [r["tokens_per_s"] for r in single])
-    left.set_xlabel("tokens/s (batch 1)")
-    left.invert_yaxis()
-    modes = sorted({r["mode"] for r in rows if r["engine"] == "specctl"})
-    for mode in modes:
-        pts = sorted(
-            (r["concurrency"], r["tokens_per_s"])
-            for r in rows
-            if r["engine"] == "specctl" and r["mode"] == mode
-        )
-        right.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
-    right.set_xscale("log", base=2)
-    right.set_xlabel("concurrent requests")
-    right.set_ylabel("tokens/s")
-    right.legend()
+    fig, axes = plt.subplots(len(reports), 2, figsize=(13, 5 * len(reports)), squeeze=False)
+    for report, (left, right) in zip(reports, axes, strict=True):
+        _plot_shape(report, left, right)
     fig.suptitle("specctl bench")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _plot_shape(report: dict[str, Any], left: Any, right: Any) -> None:
+    rows = [r for r in report["rows"] if r["prompts"] == "code"]
+    single = [r for r in rows if r["concurrency"] == 1]
+    left.barh([f"{r['engine']} {r['mode']}" for r in single], [r["tokens_per_s"] for r in single])
+    left.set_xlabel("tokens/s (batch 1)")
+    left.invert_yaxis()
+    series = sorted({(r["engine"], r["mode"]) for r in rows if r["engine"] != "transformers"})
+    for engine, mode in series:
+        pts = sorted(
+            (r["concurrency"], r["tokens_per_s"])
+            for r in rows
+            if (r["engine"], r["mode"]) == (engine, mode)
+        )
+        right.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{engine} {mode}")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("concurrent requests")
+    right.set_ylabel("tokens/s")
+    right.legend()
+    left.set_title(f"{report.get('shape', '')}: batch 1")
+    right.set_title(f"{report.get('shape', '')}: under concurrency")

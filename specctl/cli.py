@@ -7,6 +7,7 @@ argument that is not a command is the cluster file to open."""
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import typer
@@ -41,7 +42,7 @@ app = typer.Typer(
 )
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Print a user-facing error (no traceback) and exit."""
     print(f"specctl: error: {message}", file=sys.stderr)
     raise typer.Exit(code)
@@ -250,7 +251,18 @@ def bench_command(
     ),
     num_prompts: int = typer.Option(8, "--num-prompts"),
     max_tokens: int = typer.Option(64, "--max-tokens"),
-    k: int = typer.Option(4, "--num-speculative-tokens", "-k"),
+    k: int = typer.Option(
+        4, "--num-speculative-tokens", "-k", help="The peers' k and the analytic bound's."
+    ),
+    sweep: str = typer.Option(
+        "2,4,6", "--ks", help="Fixed k values run beside adaptive (its ceiling: the largest)."
+    ),
+    shape: str = typer.Option(
+        "both",
+        "--shape",
+        help="Cost-scaled demo target: narrow (many small layers), wide (weight-read-bound "
+        "MLPs), or both. Ignored with --target.",
+    ),
     concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="Comma-separated."),
     peers: bool = typer.Option(True, "--peers/--no-peers", help="Also run transformers and vLLM."),
     out_dir: Path = typer.Option(Path(".bench-out"), "--out", help="JSON, PNG and model cache."),
@@ -261,18 +273,29 @@ def bench_command(
     from daemon.runtime.errors import SpecError
     from specctl.commands.bench import default_config, run_bench_command
 
+    if shape not in ("narrow", "wide", "both"):
+        fail(f"--shape must be narrow, wide or both, got {shape!r}")
+    concurrencies = _int_list("--concurrency", concurrency, minimum=1)
+    sweep_ks = _int_list("--ks", sweep, minimum=1)
+    if k < 1:
+        fail(f"-k/--num-speculative-tokens must be >= 1, got {k}")
     try:
         cfg = default_config(out_dir, draft)
         cfg.num_prompts, cfg.max_tokens, cfg.k, cfg.peers = num_prompts, max_tokens, k, peers
-        cfg.concurrencies = [int(c) for c in concurrency.split(",") if c.strip()]
-        if not cfg.concurrencies or any(c < 1 for c in cfg.concurrencies):
-            fail(f"--concurrency must list positive integers, got {concurrency!r}")
-        cfg.threads = threads
-        run_bench_command(cfg, target, cost_ratio)
-    except ValueError as exc:
-        fail(f"--concurrency must list positive integers ({exc})")
+        cfg.concurrencies, cfg.sweep_ks, cfg.threads = concurrencies, sweep_ks, threads
+        run_bench_command(cfg, target, cost_ratio, shape)
     except SpecError as exc:
         fail(str(exc))
+
+
+def _int_list(option: str, text: str, minimum: int) -> list[int]:
+    try:
+        values = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        fail(f"{option} must list integers separated by commas, got {text!r}")
+    if not values or any(v < minimum for v in values):
+        fail(f"{option} must list integers >= {minimum}, got {text!r}")
+    return values
 
 
 @app.command(

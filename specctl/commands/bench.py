@@ -8,7 +8,7 @@ from types import ModuleType
 import torch
 from rich.console import Console
 
-from bench.compare import BenchConfig, run_bench
+from bench.compare import BenchConfig, run_bench, write_report
 from bench.report import plot_report, print_report
 from specctl.console import make_console
 from specctl.demo_pair import DEMO_PROMPTS_CODE, DEMO_PROMPTS_PROSE, REPO_ROOT, require_demo_pair
@@ -39,6 +39,37 @@ def resolve_target(target: Path | None, cost_ratio: float, out_dir: Path, consol
     return dst
 
 
+SHAPES = ("narrow", "wide")
+WIDE_INTERMEDIATE = 16384
+
+
+def resolve_targets(
+    shape: str, target: Path | None, cost_ratio: float, out_dir: Path, console: Console
+) -> dict[str, Path]:
+    """Target dir per shape: the given one ("custom"), or the cost-scaled demo targets
+    `shape` names ("narrow", "wide" or "both")."""
+    if target is not None:
+        return {"custom": target}
+    shapes = SHAPES if shape == "both" else (shape,)
+    targets: dict[str, Path] = {}
+    for name in shapes:
+        if name == "narrow":
+            targets[name] = resolve_target(None, cost_ratio, out_dir, console)
+        else:
+            targets[name] = resolve_wide_target(out_dir, console)
+    return targets
+
+
+def resolve_wide_target(out_dir: Path, console: Console) -> Path:
+    """The demo target with its MLPs widened to WIDE_INTERMEDIATE (built once, cached)."""
+    demo_target, _ = require_demo_pair()
+    dst = out_dir / f"wide-target-i{WIDE_INTERMEDIATE}"
+    if not (dst / "config.json").is_file():
+        console.print(f"building the wide target in {dst}: MLP width {WIDE_INTERMEDIATE}")
+        _load_cost_scale().build_wide_target(demo_target, dst, WIDE_INTERMEDIATE)
+    return dst
+
+
 def _step_seconds(model_dir: Path) -> float:
     from bench.costs import forward_seconds
     from daemon.runtime.model import load_model
@@ -60,19 +91,24 @@ def _load_cost_scale() -> ModuleType:
     return module
 
 
-def run_bench_command(cfg: BenchConfig, target: Path | None, cost_ratio: float) -> None:
+def run_bench_command(
+    cfg: BenchConfig, target: Path | None, cost_ratio: float, shape: str = "both"
+) -> None:
     console = make_console()
     if cfg.threads:  # before the cost calibration, so that it measures what the bench runs
         torch.set_num_threads(cfg.threads)
-    cfg.target = resolve_target(target, cost_ratio, cfg.out_dir, console)
-    console.print(f"target {cfg.target}\ndraft  {cfg.draft}")
-    report = run_bench(cfg)
-    print_report(report, console)
-    png = plot_report(report, cfg.out_dir / "bench.png")
-    console.print(
-        f"wrote {cfg.out_dir / 'bench.json'}"
-        + (f" and {png}" if png else " (no plot: matplotlib missing)")
-    )
+    targets = resolve_targets(shape, target, cost_ratio, cfg.out_dir, console)
+    reports = []
+    for name, path in targets.items():
+        cfg.target, cfg.shape = path, name
+        console.print(f"[bold]{name}[/bold] target {cfg.target}\ndraft  {cfg.draft}")
+        report = run_bench(cfg)
+        print_report(report, console)
+        reports.append(report)
+        write_report(cfg.out_dir, reports, cfg.threads)  # after each shape: a crash keeps it
+    path = write_report(cfg.out_dir, reports, cfg.threads)
+    png = plot_report(reports, cfg.out_dir / "bench.png")
+    console.print(f"wrote {path}" + (f" and {png}" if png else " (no plot: matplotlib missing)"))
 
 
 def default_config(out_dir: Path, draft: Path | None) -> BenchConfig:

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specctl.demo_pair import demo_pair_dirs
 from tests.control.deployment_cli import APPLY_TIMEOUT_S, Cli, free_port, local_cluster_file
 from tests.control.test_apply_e2e import DRAFTER_NODE
@@ -56,12 +58,49 @@ def test_bench_writes_report(tmp_path: Path) -> None:
         "--num-prompts", "2", "--max-tokens", "6", "--out", tmp_path, "--threads", "1",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((tmp_path / "bench.json").read_text())
-    modes = {(r["mode"], r["concurrency"]) for r in report["rows"]}
-    assert ("target-only", 1) in modes and ("spec adaptive", 2) in modes
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["machine"]["cores"] >= 1 and data["machine"]["torch_threads"] == 1
+    (report,) = data["shapes"]
+    assert report["shape"] == "custom"
+    modes = {(r["mode"], r["concurrency"], r["prompts"]) for r in report["rows"]}
+    assert ("target-only", 1, "code") in modes and ("spec adaptive", 2, "prose") in modes
+    assert {("spec k=2", 1, "code"), ("spec k=6", 2, "prose")} <= modes  # the fixed-k sweep
+    assert {(a["prompts"], a["concurrency"]) for a in report["adaptive"]} == {
+        ("code", 1),
+        ("code", 2),
+        ("prose", 1),
+        ("prose", 2),
+    }
+    assert [p["t"] for p in report["forward_curve"]["1"]] == list(range(1, 10))
     assert report["lossless"] is True
     assert report["bound"]["speedup_bound"] > 0
-    assert "analytic bound" in proc.stdout
+    assert "analytic bound" in proc.stdout and "adaptive k against the best fixed k" in proc.stdout
+
+
+def test_bench_wide_shape_builds_and_reports_it(tmp_path: Path) -> None:
+    proc = specctl(
+        "bench", "--shape", "wide", "--no-peers", "--concurrency", "1", "--ks", "2",
+        "-k", "2", "--num-prompts", "1", "--max-tokens", "4", "--out", tmp_path,
+        "--threads", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (report,) = json.loads((tmp_path / "bench.json").read_text())["shapes"]
+    assert report["shape"] == "wide" and "weight" in report["shape_description"]
+    config = json.loads((tmp_path / "wide-target-i16384" / "config.json").read_text())
+    assert config["intermediate_size"] == 16384
+    assert report["lossless"] is True
+    assert "target shape wide" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args,option",
+    [(["--shape", "tall"], "--shape"), (["--ks", "0"], "--ks"), (["-k", "0"], "-k")],
+)
+def test_bench_rejects_bad_options(tmp_path: Path, args: list[str], option: str) -> None:
+    proc = specctl("bench", *args, "--out", tmp_path, "--no-peers")
+    assert proc.returncode == 2
+    assert option in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_bench_rejects_bad_concurrency(tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+"""What the bench ran on, written beside its figures (bench.json)."""
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _cpu_flags() -> list[str]:
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "fma")
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    return [f for f in wanted if f in flags]
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    return None
+
+
+def describe_machine(threads: int | None) -> dict[str, object]:
+    gpu = None
+    if torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+    return {
+        "cpu": _cpu_model(),
+        "cpu_flags": _cpu_flags(),
+        "cores": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "gpu": gpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": threads or torch.get_num_threads(),
+        "onednn": torch.backends.mkldnn.is_available(),
+    }
