@@ -17,7 +17,7 @@ class RejectionInputs:
     target_probs: torch.Tensor  # [B, K+1, V] float32
     is_greedy: torch.Tensor  # [B] bool
     uniform: torch.Tensor  # [B, K] float32
-    exp_noise: torch.Tensor  # [B, K+1, V] float32
+    emit_uniform: torch.Tensor  # [B] float64
 
     def args(self) -> tuple:
         return (
@@ -28,7 +28,7 @@ class RejectionInputs:
             self.target_probs,
             self.is_greedy,
             self.uniform,
-            self.exp_noise,
+            self.emit_uniform,
         )
 
 
@@ -60,7 +60,7 @@ def random_batch(
         target_probs=target_probs,
         is_greedy=torch.rand(num_seqs, generator=gen) < 0.3,
         uniform=torch.rand(num_seqs, max_k, generator=gen),
-        exp_noise=torch.empty(num_seqs, max_k + 1, vocab_size).exponential_(generator=gen),
+        emit_uniform=torch.rand(num_seqs, generator=gen, dtype=torch.float64),
     )
 
 

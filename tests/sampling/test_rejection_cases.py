@@ -33,7 +33,7 @@ def run_greedy(
         one_hot_probs(target_argmax),
         torch.ones(num_seqs, dtype=torch.bool),
         torch.rand(num_seqs, max_k),
-        torch.ones(num_seqs, max_k + 1, VOCAB),
+        torch.rand(num_seqs, dtype=torch.float64),
     )
 
 
@@ -71,7 +71,7 @@ def test_empty_batch(sampler: Callable) -> None:
         torch.empty(0, 3, VOCAB),
         torch.empty(0, dtype=torch.bool),
         torch.empty(0, 2),
-        torch.empty(0, 3, VOCAB),
+        torch.empty(0, dtype=torch.float64),
     )
     assert out.shape == (0, 3) and num.shape == (0,)
 
@@ -89,17 +89,16 @@ def sampled_case(
     target: list[list[float]],
     drafts: list[int],
     uniform: list[float],
-    noise: list[list[float]] | None = None,
+    emit: float = 0.0,
     sparse: tuple[list[list[int]], list[list[float]]] | None = None,
 ):
-    """One sampled sequence: target [K+1, V] probs, drafts [K]."""
+    """One sampled sequence: target [K+1, V] probs, drafts [K]; `emit` is the uniform that
+    picks the emitted token by the inverse CDF of its (unnormalised) distribution."""
     max_k = len(drafts)
-    vocab = len(target[0])
     sparse_ids = sparse_probs = None
     if sparse is not None:
         sparse_ids = torch.tensor([sparse[0]], dtype=torch.long)
         sparse_probs = torch.tensor([sparse[1]])
-    exp_noise = torch.ones(1, max_k + 1, vocab) if noise is None else torch.tensor([noise])
     return sampler(
         torch.tensor([drafts], dtype=torch.long).view(1, max_k),
         torch.tensor([max_k]),
@@ -108,7 +107,7 @@ def sampled_case(
         torch.tensor([target]),
         torch.tensor([False]),
         torch.tensor([uniform]).view(1, max_k),
-        exp_noise,
+        torch.tensor([emit], dtype=torch.float64),
     )
 
 
@@ -116,17 +115,22 @@ def test_sampled_zero_target_prob_is_rejected_and_residual_excludes_draft(
     sampler: Callable,
 ) -> None:
     # p(1) = 0 at position 0: x = 1 is rejected even with u = 0; the residual
-    # max(0, p - onehot(1)) = p, and noise makes token 2 win the race (0.3/0.1 > 0.7/1).
+    # max(0, p - onehot(1)) = p = [0.7, 0, 0.3]: CDF ends 0.7, 0.7, 1.0, so 0.75 picks 2
+    # and 0.69 picks 0; the zero-mass token 1 never (0.7 falls past its empty range).
     target = [[0.7, 0.0, 0.3], [1.0, 0.0, 0.0]]
-    out, num = sampled_case(sampler, target, [1], [0.0], noise=[[1.0, 1.0, 0.1], [1.0, 1.0, 1.0]])
+    out, num = sampled_case(sampler, target, [1], [0.0], emit=0.75)
     assert out.tolist() == [[2, P]] and num.tolist() == [1]
+    for emit, token in ((0.69, 0), (0.7, 2)):
+        out, _ = sampled_case(sampler, target, [1], [0.0], emit=emit)
+        assert out.tolist() == [[token, P]]
 
 
 def test_sampled_rejection_never_resamples_the_rejected_token(sampler: Callable) -> None:
     # q = point mass on 0, p(0) = 0.9: rejected when u >= 0.9. Residual = [0, 0.1, 0]: only 1.
     target = [[0.9, 0.1, 0.0], [0.0, 0.0, 1.0]]
-    out, _ = sampled_case(sampler, target, [0], [0.95], noise=[[1e-3, 1.0, 1.0], [1.0, 1.0, 1.0]])
-    assert out.tolist() == [[1, P]]
+    for emit in (0.0, 0.5, 0.999):
+        out, _ = sampled_case(sampler, target, [0], [0.95], emit=emit)
+        assert out.tolist() == [[1, P]]
     out, _ = sampled_case(sampler, target, [0], [0.85])  # u < p/q = 0.9: accepted, then bonus 2
     assert out.tolist() == [[0, 2]]
 
@@ -137,20 +141,19 @@ def test_sparse_q_acceptance_threshold(sampler: Callable) -> None:
     sparse = ([[2, 1, 0]], [[0.8, 0.2, 0.0]])
     accepted, _ = sampled_case(sampler, target, [2], [0.49], sparse=sparse)
     assert accepted.tolist() == [[2, 3]]
-    # rejected: residual max(0, p - q) = [0.3, 0.1, 0, 0]; noise favours token 1 (0.1 / 0.01)
-    noise = [[1.0, 0.01, 1.0, 1.0], [1.0] * 4]
-    rejected, _ = sampled_case(sampler, target, [2], [0.51], noise=noise, sparse=sparse)
+    # rejected: residual max(0, p - q) = [0.3, 0.1, 0, 0]: emit in [0.75, 1) picks token 1
+    rejected, _ = sampled_case(sampler, target, [2], [0.51], emit=0.8, sparse=sparse)
     assert rejected.tolist() == [[1, P]]
+    rejected, _ = sampled_case(sampler, target, [2], [0.51], emit=0.7, sparse=sparse)
+    assert rejected.tolist() == [[0, P]]
 
 
 def test_residual_all_zero_falls_back_to_target(sampler: Callable) -> None:
     # p == q; u = 1.0 (outside [0, 1)) forces a rejection, the residual is empty,
-    # and the race over p picks token 1 (0.5 / 0.5 > 0.5 / 1).
+    # and the inverse CDF of p at 0.6 picks token 1.
     target = [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]
     sparse = ([[0, 1]], [[0.5, 0.5]])
-    out, _ = sampled_case(
-        sampler, target, [0], [1.0], noise=[[1.0, 0.5, 1.0], [1.0] * 3], sparse=sparse
-    )
+    out, _ = sampled_case(sampler, target, [0], [1.0], emit=0.6, sparse=sparse)
     assert out.tolist() == [[1, P]]
 
 
@@ -158,9 +161,7 @@ def test_all_zero_sparse_probs_mean_point_mass(sampler: Callable) -> None:
     # q point mass on x=1 (p(1)=0.5): accept iff u < 0.5; the zero-prob padding id 0 is ignored
     target = [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]
     sparse = ([[0, 0]], [[0.0, 0.0]])
-    out, _ = sampled_case(
-        sampler, target, [1], [0.6], noise=[[1.0, 1e-3, 1.0], [1.0] * 3], sparse=sparse
-    )
+    out, _ = sampled_case(sampler, target, [1], [0.6], emit=0.9, sparse=sparse)
     assert out.tolist() == [[0, P]]  # residual [0.5, 0, 0]
     out, _ = sampled_case(sampler, target, [1], [0.4], sparse=sparse)
     assert out.tolist() == [[1, 2]]
@@ -175,13 +176,13 @@ def test_mismatched_shapes_raise(sampler: Callable) -> None:
         target_probs=torch.full((2, 4, VOCAB), 1 / VOCAB),
         is_greedy=torch.tensor([True, False]),
         uniform=torch.rand(2, 3),
-        exp_noise=torch.ones(2, 4, VOCAB),
+        emit_uniform=torch.rand(2, dtype=torch.float64),
     )
     sampler(drafts, **good)
     bad_cases = {
         "target_probs": torch.ones(2, 3, VOCAB),
         "uniform": torch.rand(2, 4),
-        "exp_noise": torch.ones(2, 4, VOCAB + 1),
+        "emit_uniform": torch.rand(3, dtype=torch.float64),
         "num_draft_tokens": torch.tensor([4, 0]),
         "draft_sparse_ids": torch.zeros(2, 3, 2, dtype=torch.long),
         "is_greedy": torch.tensor([1, 0]),

@@ -12,9 +12,10 @@ import pytest
 import scipy.stats
 import torch
 
+from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 from daemon.runtime.sampling.logits import process_logits, sparse_top_k
 from daemon.runtime.sampling.random import (
-    exponential_noise,
+    emit_uniforms,
     make_generators,
     sample_sparse,
     uniform_noise,
@@ -81,12 +82,11 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
         torch.stack([p0.expand(NUM_ROWS, -1), p1[x0], p2[x1]], dim=1),  # [N, 3, V]
         torch.zeros(NUM_ROWS, dtype=torch.bool),
         uniform_noise(gens, [2] * NUM_ROWS, 2),
-        exponential_noise(gens, [3] * NUM_ROWS, VOCAB),
+        emit_uniforms(gens),
     )
     t0 = out[:, 0]
     # one token emitted: the next round samples t1 from P1[t0]
-    next_noise = exponential_noise(gens, [1] * NUM_ROWS, VOCAB)[:, 0]
-    next_token = (p1[t0] / next_noise).argmax(-1)
+    next_token = sample_inverse_cdf(p1[t0], emit_uniforms(gens))
     t1 = torch.where(num >= 2, out[:, 1], next_token)
     return t0, t1, x0, p0, p1
 

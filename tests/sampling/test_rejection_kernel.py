@@ -67,13 +67,13 @@ def test_triton_matches_reference_on_random_batches(num_sparse: int | None) -> N
 
 @kernel_only
 def test_triton_several_vocab_blocks_and_ties() -> None:
-    """Blocks of 4 over V = 18 (a partial last block); uniform targets and unit noise make
-    every argmax a tie, which both must break to the first index."""
+    """Blocks of 4 over V = 18 (a partial last block); uniform targets make every argmax a
+    tie, which both must break to the first index, and put CDF ends on block edges."""
     gen = torch.Generator().manual_seed(3)
     inputs = random_batch(gen, num_seqs=16, max_k=3, vocab_size=18, num_sparse=5)
     assert_same(inputs.args(), max_block_v=4)
     inputs.target_probs = torch.full_like(inputs.target_probs, 1 / 18)
-    inputs.exp_noise = torch.ones_like(inputs.exp_noise)
+    inputs.emit_uniform = torch.arange(16, dtype=torch.float64) / 16
     inputs.uniform = torch.ones_like(inputs.uniform)  # reject every sampled draft
     num = assert_same(inputs.args(), max_block_v=4)
     assert torch.equal(num[~inputs.is_greedy], torch.ones_like(num[~inputs.is_greedy]))

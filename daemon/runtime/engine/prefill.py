@@ -5,8 +5,9 @@ import torch
 from daemon.runtime.engine.sequence import Sequence
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length
 from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 from daemon.runtime.sampling.logits import process_logits
-from daemon.runtime.sampling.random import exponential_noise
+from daemon.runtime.sampling.random import emit_uniforms
 
 
 def prefill(target: CausalLM, seqs: list[Sequence], max_tokens_per_pass: int) -> None:
@@ -43,8 +44,6 @@ def sample_tokens(seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
         torch.tensor([p.top_k for p in params], dtype=torch.long),
         torch.tensor([p.top_p for p in params]),
     )
-    noise = exponential_noise([s.generator for s in seqs], [1] * len(seqs), probs.shape[-1])
-    # Exponential race: argmax p / E with E ~ Exp(1) is an exact sample from p.
-    sampled = (probs / noise[:, 0]).argmax(dim=-1)  # [B]
+    sampled = sample_inverse_cdf(probs, emit_uniforms([s.generator for s in seqs]))  # [B]
     greedy = torch.tensor([p.is_greedy for p in params])
     return torch.where(greedy, probs.argmax(dim=-1), sampled).tolist()

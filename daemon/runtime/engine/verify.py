@@ -12,7 +12,7 @@ from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals
 from daemon.runtime.sampling.dispatch import rejection_sample_for_device
 from daemon.runtime.sampling.logits import process_logits
-from daemon.runtime.sampling.random import exponential_noise, uniform_noise
+from daemon.runtime.sampling.random import emit_uniforms, uniform_noise
 
 
 @dataclass(slots=True)
@@ -43,7 +43,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
     generators = [s.generator for s in seqs]
     num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
     uniform = uniform_noise(generators, num_draft, max_k)  # [B, K]
-    exp_noise = _exp_noise(seqs, num_draft, logits.shape[-1])  # [B, K+1, V]
+    emit_uniform = emit_uniforms(generators)  # [B]
     out, num_out = rejection_sample_for_device(
         drafts[:, :max_k],
         num_draft_t,
@@ -52,7 +52,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
         target_probs,
         torch.tensor([s.request.params.is_greedy for s in seqs], dtype=torch.bool),
         uniform,
-        exp_noise,
+        emit_uniform,
     )
     out_lists, counts = out.tolist(), num_out.tolist()
     return Verdict(
@@ -70,20 +70,14 @@ def _target_probs(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
     if all(p.is_greedy for p in params):
         return logits
     num_seqs, rows, vocab = logits.shape
-    probs = process_logits(
+    probs = process_logits(  # in place: the logits are ours and tens of MB at a real V
         logits.reshape(num_seqs * rows, vocab),
         torch.tensor([p.temperature for p in params]).repeat_interleave(rows),
         torch.tensor([p.top_k for p in params], dtype=torch.long).repeat_interleave(rows),
         torch.tensor([p.top_p for p in params]).repeat_interleave(rows),
+        inplace=True,
     )
     return probs.reshape(num_seqs, rows, vocab)
-
-
-def _exp_noise(seqs: list[Sequence], num_draft: list[int], vocab: int) -> torch.Tensor:
-    """Exp(1) noise for sampled rows; an all-greedy batch needs none (a broadcast view)."""
-    if all(s.generator is None for s in seqs):
-        return torch.ones(1, 1, 1).expand(len(seqs), max(num_draft, default=0) + 1, vocab)
-    return exponential_noise([s.generator for s in seqs], [n + 1 for n in num_draft], vocab)
 
 
 def _trim(sparse: torch.Tensor | None, max_k: int) -> torch.Tensor | None:

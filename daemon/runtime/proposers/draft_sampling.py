@@ -18,7 +18,7 @@ import torch
 
 from daemon.runtime.proposers.drafts import SparseDraw
 from daemon.runtime.sampling.keyed_random import keyed_draw
-from daemon.runtime.sampling.logits import process_logits, sparse_top_k
+from daemon.runtime.sampling.logits import process_logits, sparse_top_k, top_k
 from daemon.runtime.sampling.quantized import (
     PROPOSAL_BITS,
     PROPOSAL_TOTAL,
@@ -55,26 +55,40 @@ class DraftSampler:
         self.num_alternatives = num_alternatives  # best tokens reported per row
 
     def sample(
-        self, logits: torch.Tensor, keys: list[RowKey], with_alternatives: bool = True
+        self,
+        logits: torch.Tensor,
+        keys: list[RowKey],
+        with_alternatives: bool = True,
+        overwrite: bool = False,
     ) -> list[DraftStep]:
-        """logits [A, V] float32, one key per row -> one draft per row."""
+        """logits [A, V] float32, one key per row -> one draft per row. `overwrite`: the
+        logits are not needed afterwards and may be turned into probabilities in place."""
+        sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
         if with_alternatives:
             best_ids, best_probs = self.best(logits, [k.temperature for k in keys])
         else:
-            best_ids = [[t] for t in logits.argmax(dim=-1).tolist()]
+            best_ids = [[-1]] * len(keys)  # sampled rows: their token, set below
+            greedy = [i for i, key in enumerate(keys) if key.temperature <= 0.0]
+            if greedy:  # a pass over the vocabulary: only for the rows that use it
+                rows = logits if len(greedy) == len(keys) else logits[greedy]
+                for i, token in zip(greedy, rows.argmax(dim=-1).tolist(), strict=True):
+                    best_ids[i] = [token]
             best_probs = [[1.0]] * len(keys)  # not estimated
         steps = [
             DraftStep(ids[0], None, ids, probs, probs[0])
             for ids, probs in zip(best_ids, best_probs, strict=True)
         ]
-        sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
         if sampled:
-            rows = self._sample_rows(logits[sampled], [keys[i] for i in sampled])
+            # every row sampled and the logits disposable: no [A, V] copy
+            rows_logits = logits if overwrite and len(sampled) == len(keys) else logits[sampled]
+            rows = self._sample_rows(rows_logits, [keys[i] for i in sampled])
             for i, (token, sparse) in zip(sampled, rows, strict=True):
                 step = steps[i]
                 step.token, step.sparse = token, sparse
                 if with_alternatives:
                     step.token_prob = _prob_of(sparse, token)
+                else:  # no guesses beyond the token itself
+                    step.alternatives = [token]
         return steps
 
     def best(
@@ -85,20 +99,22 @@ class DraftSampler:
         num = min(num or self.num_alternatives, logits.shape[-1])
         temps = torch.tensor([t if t > 0.0 else 1.0 for t in temperatures]).unsqueeze(-1)
         scaled = logits / temps  # [A, V]
-        top, ids = scaled.topk(num, dim=-1)  # [A, W]
+        top, ids = top_k(scaled, num)  # [A, W]
         probs = (top - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
         return ids.tolist(), probs.tolist()
 
     def _sample_rows(
         self, logits: torch.Tensor, keys: list[RowKey]
     ) -> list[tuple[int, SparseDraw]]:
-        """logits [A', V] of sampled rows -> (token, counts it was drawn from) per row."""
+        """logits [A', V] of sampled rows (overwritten) -> (token, counts it was drawn
+        from) per row."""
         num_rows = len(keys)
         probs = process_logits(  # [A', V]
             logits,
             torch.tensor([k.temperature for k in keys]),
             torch.zeros(num_rows, dtype=torch.long),
             torch.ones(num_rows),
+            inplace=True,
         )
         ids, sparse = sparse_top_k(probs, min(self.sparse_top_k, probs.shape[-1]))  # [A', S]
         counts = quantize_counts(sparse)  # [A', S] int64, rows sum to 2^15

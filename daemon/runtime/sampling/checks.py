@@ -15,7 +15,7 @@ def check_rejection_inputs(
     target_probs: torch.Tensor,  # [B, K+1, V]
     is_greedy: torch.Tensor,  # [B]
     uniform: torch.Tensor,  # [B, K]
-    exp_noise: torch.Tensor,  # [B, K+1, V]
+    emit_uniform: torch.Tensor,  # [B] float64
 ) -> None:
     if draft_token_ids.dim() != 2:
         raise ValueError(f"draft_token_ids must be [B, K], got {_shape(draft_token_ids)}")
@@ -30,13 +30,15 @@ def check_rejection_inputs(
     _expect(num_draft_tokens, (num_seqs,), "num_draft_tokens", integer=True)
     _expect(is_greedy, (num_seqs,), "is_greedy")
     _expect(uniform, (num_seqs, max_k), "uniform")
-    _expect(exp_noise, (num_seqs, max_k + 1, vocab_size), "exp_noise")
+    _expect(emit_uniform, (num_seqs,), "emit_uniform")
+    if emit_uniform.dtype != torch.float64:
+        raise ValueError(f"emit_uniform must be float64, got {emit_uniform.dtype}")
     if is_greedy.dtype != torch.bool:
         raise ValueError(f"is_greedy must be bool, got {is_greedy.dtype}")
     if draft_token_ids.dtype.is_floating_point:
         raise ValueError(f"draft_token_ids must be int64, got {draft_token_ids.dtype}")
     _check_sparse(draft_sparse_ids, draft_sparse_probs, num_seqs, max_k)
-    tensors = (draft_token_ids, num_draft_tokens, target_probs, is_greedy, uniform, exp_noise)
+    tensors = (draft_token_ids, num_draft_tokens, target_probs, is_greedy, uniform, emit_uniform)
     if draft_sparse_ids is not None and draft_sparse_probs is not None:
         tensors += (draft_sparse_ids, draft_sparse_probs)
     devices = sorted({str(t.device) for t in tensors})

@@ -17,7 +17,7 @@ def rejection_sample_for_device(
     target_probs: torch.Tensor,  # [B, K+1, V] float32
     is_greedy: torch.Tensor,  # [B] bool
     uniform: torch.Tensor,  # [B, K] float32
-    exp_noise: torch.Tensor,  # [B, K+1, V] float32
+    emit_uniform: torch.Tensor,  # [B] float64
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if target_probs.device.type == "cuda":
         from daemon.runtime.sampling import rejection_triton
@@ -27,9 +27,9 @@ def rejection_sample_for_device(
             return rejection_triton.rejection_sample_triton(
                 *(None if t is None else t.to(device, non_blocking=True)
                   for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids,
-                            draft_sparse_probs, target_probs, is_greedy, uniform, exp_noise))
+                            draft_sparse_probs, target_probs, is_greedy, uniform, emit_uniform))
             )  # fmt: skip
     return rejection_sample(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, exp_noise,
+        target_probs, is_greedy, uniform, emit_uniform,
     )  # fmt: skip

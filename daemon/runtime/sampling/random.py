@@ -3,13 +3,16 @@
 Each request owns a `torch.Generator` seeded from its seed, and every random number it consumes
 is drawn from that generator alone, in an order that depends only on the request itself (its
 number of drafts per round). So a seed reproduces a request's output whatever else shares the
-batch. Greedy requests pass `None` and consume nothing: they get filler noise (uniform 0,
-exponential 1) that the sampler never reads for greedy rows.
+batch. Greedy requests pass `None` and consume nothing: they get filler numbers (0) that the
+sampler never reads for greedy rows.
 
-Sampling is by the exponential race: with E_i ~ Exp(1) i.i.d., argmax_i p_i / E_i is an exact
-sample from p (p_i / E_i is the inverse of an Exp(p_i) arrival time; the first arrival wins
-with probability p_i / sum p). It is deterministic given the noise, so the Triton kernel and
-the torch reference pick the same token from the same noise.
+A round draws, per sampled request, one float32 uniform per draft (its accept test) and then
+one float64 uniform for the token emitted after the accepted prefix, which is sampled by the
+inverse CDF (`inverse_cdf.py`): the work does not grow with the vocabulary.
+
+`sample_sparse` (small supports) uses the exponential race instead: with E_i ~ Exp(1) i.i.d.,
+argmax_i p_i / E_i is an exact sample from p (p_i / E_i is the inverse of an Exp(p_i) arrival
+time; the first arrival wins with probability p_i / sum p).
 """
 
 import random as _py_random
@@ -50,23 +53,16 @@ def uniform_noise(
     return noise
 
 
-def exponential_noise(
-    generators: list[torch.Generator | None], rows_per_seq: list[int], vocab_size: int
-) -> torch.Tensor:
-    """Exp(1) noise [B, max(rows_per_seq), V] float32; rows past rows_per_seq[b] and all rows
-    of `None` generators are UNUSED_EXPONENTIAL."""
-    _check_lengths(generators, rows_per_seq, "rows_per_seq")
-    if any(r < 0 for r in rows_per_seq) or vocab_size < 1:
-        raise ValueError(f"need rows >= 0 and vocab_size >= 1, got {rows_per_seq}, {vocab_size}")
-    max_rows = max(rows_per_seq, default=0)
-    # [B, R, V]
-    noise = torch.full(
-        (len(generators), max_rows, vocab_size), UNUSED_EXPONENTIAL, dtype=torch.float32
-    )
-    for b, (gen, rows) in enumerate(zip(generators, rows_per_seq, strict=True)):
-        if gen is not None and rows > 0:
-            noise[b, :rows] = _exponential((rows, vocab_size), gen).cpu()
-    return noise
+def emit_uniforms(generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One U[0, 1) float64 [B] per request for its emitted token (after its accept tests:
+    call `uniform_noise` first); `None` generators get UNUSED_UNIFORM and draw nothing."""
+    # [B]
+    uniforms = torch.full((len(generators),), UNUSED_UNIFORM, dtype=torch.float64)
+    for b, gen in enumerate(generators):
+        if gen is not None:
+            draw = torch.rand(1, generator=gen, dtype=torch.float64, device=gen.device)
+            uniforms[b] = float(draw)
+    return uniforms
 
 
 def sample_sparse(

@@ -16,12 +16,16 @@ Proposal convention (q, per sequence b and position j):
   * a position whose sparse probs are ALL zero is a point mass on draft_token_ids[b, j]; that is
     how greedy and sampled drafts share one batch.
 Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
-position j, `exp_noise[b, j]` for the exponential race of the token emitted at position j.
+position j, and one float64 `emit_uniform[b]` for the token emitted after the accepted prefix,
+drawn by the inverse CDF of its distribution (`inverse_cdf.py`): one number per sequence
+whatever the vocabulary size, used once, at whichever position the sequence stops.
+A batch of greedy rows only reads the target's argmax.
 """
 
 import torch
 
 from daemon.runtime.sampling.checks import check_rejection_inputs
+from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 
 PLACEHOLDER_TOKEN_ID = -1
 
@@ -34,40 +38,68 @@ def rejection_sample(
     target_probs: torch.Tensor,  # [B, K+1, V] float32
     is_greedy: torch.Tensor,  # [B] bool
     uniform: torch.Tensor,  # [B, K] float32
-    exp_noise: torch.Tensor,  # [B, K+1, V] float32
+    emit_uniform: torch.Tensor,  # [B] float64
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns output_token_ids [B, K+1] int64 (accepted drafts, then the correction or bonus
     token, PLACEHOLDER_TOKEN_ID after) and num_output_tokens [B] int64 = accepted + 1."""
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, exp_noise,
+        target_probs, is_greedy, uniform, emit_uniform,
     )  # fmt: skip
-    num_seqs, max_k = draft_token_ids.shape
+    max_k = draft_token_ids.shape[1]
     # [B, K] draft ids usable as indices (placeholders point at token 0, never read)
     drafts = draft_token_ids.clamp(min=0)
     # [B, K]
     is_real = torch.arange(max_k, device=drafts.device) < num_draft_tokens.unsqueeze(-1)
-    # [B, K+1]
-    target_argmax = target_probs.argmax(dim=-1)
+    # [B, K+1] the argmax is a pass over every row: only when a greedy row reads it
+    any_greedy = bool(is_greedy.any())
+    target_argmax = target_probs.argmax(dim=-1) if any_greedy else None
+    if target_argmax is not None and bool(is_greedy.all()):
+        return _greedy(draft_token_ids, is_real, target_argmax)
     # [B, K]
     p_draft = target_probs[:, :max_k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
     q_draft = _proposal_prob_of_draft(drafts, draft_sparse_ids, draft_sparse_probs)
     # u * q(x) < p(x)  <=>  u < p(x) / q(x): accept with prob min(1, p/q); q <= p always accepts
     # and p(x) == 0 never does.
-    accept_sampled = uniform * q_draft < p_draft
-    accept_greedy = draft_token_ids == target_argmax[:, :max_k]
-    accept = torch.where(is_greedy.unsqueeze(-1), accept_greedy, accept_sampled) & is_real
+    accept = uniform * q_draft < p_draft
+    if target_argmax is not None:
+        accept_greedy = draft_token_ids == target_argmax[:, :max_k]
+        accept = torch.where(is_greedy.unsqueeze(-1), accept_greedy, accept)
+    accept &= is_real
     # [B] length of the accepted prefix, in [0, num_draft]
     num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)
 
     token = _emitted_token(
         drafts, num_draft_tokens, num_accepted, draft_sparse_ids, draft_sparse_probs,
-        target_probs, target_argmax, is_greedy, exp_noise,
+        target_probs, target_argmax, is_greedy, emit_uniform,
     )  # fmt: skip
-    # [B, K+1] accepted drafts, the emitted token at num_accepted, placeholders after
-    positions = torch.arange(max_k + 1, device=drafts.device)
+    return _assemble(draft_token_ids, num_accepted, token)
+
+
+def _greedy(
+    draft_token_ids: torch.Tensor,  # [B, K]
+    is_real: torch.Tensor,  # [B, K] bool
+    target_argmax: torch.Tensor,  # [B, K+1]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An all-greedy batch: accept while draft == argmax, then emit the argmax there."""
+    max_k = draft_token_ids.shape[1]
+    accept = (draft_token_ids == target_argmax[:, :max_k]) & is_real  # [B, K]
+    num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)  # [B]
+    token = target_argmax.gather(1, num_accepted.unsqueeze(-1)).squeeze(-1)  # [B]
+    return _assemble(draft_token_ids, num_accepted, token)
+
+
+def _assemble(
+    draft_token_ids: torch.Tensor,  # [B, K]
+    num_accepted: torch.Tensor,  # [B]
+    token: torch.Tensor,  # [B] the correction or bonus
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, K+1] accepted drafts, the emitted token at num_accepted, placeholders after."""
+    num_seqs, max_k = draft_token_ids.shape
+    device = draft_token_ids.device
+    positions = torch.arange(max_k + 1, device=device)
     output = torch.full((num_seqs, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long)
-    output = output.to(drafts.device)
+    output = output.to(device)
     output[:, :max_k] = torch.where(
         positions[:max_k] < num_accepted.unsqueeze(-1), draft_token_ids, PLACEHOLDER_TOKEN_ID
     )
@@ -97,26 +129,25 @@ def _emitted_token(
     sparse_ids: torch.Tensor | None,  # [B, K, S]
     sparse_probs: torch.Tensor | None,  # [B, K, S]
     target_probs: torch.Tensor,  # [B, K+1, V]
-    target_argmax: torch.Tensor,  # [B, K+1]
+    target_argmax: torch.Tensor | None,  # [B, K+1]; None: no greedy row
     is_greedy: torch.Tensor,  # [B]
-    exp_noise: torch.Tensor,  # [B, K+1, V]
+    emit_uniform: torch.Tensor,  # [B] float64
 ) -> torch.Tensor:
     """The correction (first rejection) or bonus (all accepted) token [B] at num_accepted."""
-    vocab_size = target_probs.shape[-1]
-    # [B, 1, V] index of row num_accepted
-    at_emit = num_accepted.view(-1, 1, 1).expand(-1, 1, vocab_size)
-    # [B, V]
-    p = target_probs.gather(1, at_emit).squeeze(1)
-    noise = exp_noise.gather(1, at_emit).squeeze(1)
-    q = _dense_proposal_at(drafts, num_draft, num_accepted, sparse_ids, sparse_probs, vocab_size)
+    num_seqs = drafts.shape[0]
+    # [B, V] the target's distribution at each row's emit position
+    p = target_probs[torch.arange(num_seqs, device=drafts.device), num_accepted]
+    q = _dense_proposal_at(drafts, num_draft, num_accepted, sparse_ids, sparse_probs, p.shape[-1])
     # rejected: sample norm(max(0, p - q)); bonus: q == 0 there, so this is p itself.
-    # The race needs no normalisation: scaling all of p / E keeps the argmax.
-    residual = (p - q).clamp(min=0.0)
+    residual = (p - q).clamp_(min=0.0)
     # p == q leaves nothing: fall back to p (cannot happen when x ~ q, kept for safety)
     is_empty = ~(residual > 0).any(dim=-1, keepdim=True)  # [B, 1]
     residual = torch.where(is_empty, p, residual)
-    # [B] exponential race: argmax residual / E ~ norm(residual)
-    sampled = (residual / noise).argmax(dim=-1)
+    if target_argmax is None:
+        return sample_inverse_cdf(residual, emit_uniform)  # [B]
+    # greedy rows' targets are only read for their argmax: give them a valid distribution
+    residual = torch.where(is_greedy.unsqueeze(-1), 1.0, residual)
+    sampled = sample_inverse_cdf(residual, emit_uniform)  # [B]
     greedy = target_argmax.gather(1, num_accepted.unsqueeze(-1)).squeeze(-1)
     return torch.where(is_greedy, greedy, sampled)
 

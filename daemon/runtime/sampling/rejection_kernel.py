@@ -1,6 +1,7 @@
 """The rejection sampler as one Triton kernel: one program per sequence, a loop over draft
-positions, the vocabulary in blocks. Same math and same tie-breaking as `rejection.py`
-(first index wins an argmax), so both return identical tokens from identical inputs.
+positions, the vocabulary in blocks. Same math and same rules as `rejection.py` (first index
+wins an argmax; the emitted token by the two-level float64 inverse CDF of `inverse_cdf.py`),
+so both return the same tokens from the same inputs (up to float64 rounding of the CDF).
 
 Importing this module imports triton; `rejection_triton.py` guards that import.
 """
@@ -37,35 +38,58 @@ def _sparse_at(ids_ptr, probs_ptr, S, is_valid, BLOCK_S: tl.constexpr):
 
 
 @triton.jit
-def _race(
-    p_ptr, noise_ptr, V, ids, probs, point_id, point_weight, use_q,
+def _residual_block(
+    p_ptr, v0, V, ids, probs, point_id, point_weight, use_q,
     BLOCK_V: tl.constexpr, HAS_SPARSE: tl.constexpr,
 ):  # fmt: skip
-    """argmax_v max(0, p - q)_v / E_v over the row, and max_v max(0, p - q)_v.
+    """max(0, p - q) [BLOCK_V] float64 over entries v0 .. v0 + BLOCK_V (0 past V).
     q = sparse (ids, probs) + point_weight * onehot(point_id), or 0 where not use_q."""
-    best_val = tl.full((), -1.0, tl.float32)
-    best_idx = tl.full((), 0, tl.int64)
-    max_residual = tl.full((), 0.0, tl.float32)
+    offs = v0 + tl.arange(0, BLOCK_V)
+    in_vocab = offs < V
+    p = tl.load(p_ptr + offs, mask=in_vocab, other=0.0)
+    q = tl.where(offs == point_id, point_weight, 0.0)
+    if HAS_SPARSE:
+        # [BLOCK_V, BLOCK_S] -> [BLOCK_V]: q_v = sum of probs listed under id v
+        listed = tl.where(offs[:, None] == ids[None, :], probs[None, :], 0.0)
+        q += tl.sum(listed, axis=1)
+    q = tl.where(use_q, q, 0.0)
+    return tl.where(in_vocab, tl.maximum(p - q, 0.0), 0.0).to(tl.float64)
+
+
+@triton.jit
+def _inverse_cdf(
+    p_ptr, u, V, ids, probs, point_id, point_weight, use_q,
+    BLOCK_V: tl.constexpr, HAS_SPARSE: tl.constexpr,
+):  # fmt: skip
+    """The entry of max(0, p - q) whose float64 CDF range holds u * total (inverse_cdf.py's
+    rule, blocks of BLOCK_V), and the total (0: nothing to sample)."""
+    total = tl.full((), 0.0, tl.float64)
+    last_positive = tl.full((), 0, tl.int64)
     for v0 in range(0, V, BLOCK_V):
-        offs = v0 + tl.arange(0, BLOCK_V)
-        in_vocab = offs < V
-        p = tl.load(p_ptr + offs, mask=in_vocab, other=0.0)
-        noise = tl.load(noise_ptr + offs, mask=in_vocab, other=1.0)
-        q = tl.where(offs == point_id, point_weight, 0.0)
-        if HAS_SPARSE:
-            # [BLOCK_V, BLOCK_S] -> [BLOCK_V]: q_v = sum of probs listed under id v
-            listed = tl.where(offs[:, None] == ids[None, :], probs[None, :], 0.0)
-            q += tl.sum(listed, axis=1)
-        q = tl.where(use_q, q, 0.0)
-        residual = tl.maximum(p - q, 0.0)
-        max_residual = tl.maximum(max_residual, tl.max(residual, axis=0))
-        # IEEE division (plain `/` may be approximate on GPU): bit-equal to torch
-        score = tl.where(in_vocab, tl.math.div_rn(residual, noise), -1.0)
-        val, idx = tl.max(score, axis=0, return_indices=True, return_indices_tie_break_left=True)
-        is_better = val > best_val
-        best_idx = tl.where(is_better, v0 + idx.to(tl.int64), best_idx)
-        best_val = tl.where(is_better, val, best_val)
-    return best_idx, max_residual
+        r = _residual_block(
+            p_ptr, v0, V, ids, probs, point_id, point_weight, use_q, BLOCK_V, HAS_SPARSE
+        )
+        total += tl.sum(r, axis=0)
+        idx = tl.max(tl.where(r > 0.0, tl.arange(0, BLOCK_V), -1), axis=0)
+        last_positive = tl.where(idx >= 0, v0 + idx.to(tl.int64), last_positive)
+    point = u * total
+    running = tl.full((), 0.0, tl.float64)
+    token = tl.full((), -1, tl.int64)
+    for v0 in range(0, V, BLOCK_V):
+        r = _residual_block(
+            p_ptr, v0, V, ids, probs, point_id, point_weight, use_q, BLOCK_V, HAS_SPARSE
+        )
+        block_sum = tl.sum(r, axis=0)
+        if (token < 0) & (running + block_sum > point):
+            ends = running + tl.cumsum(r, axis=0)  # [BLOCK_V]
+            local = tl.sum((ends <= point).to(tl.int64), axis=0)
+            # rounding between the block's sum and its prefix: its last positive entry
+            block_last = tl.max(tl.where(r > 0.0, tl.arange(0, BLOCK_V), -1), axis=0)
+            local = tl.where(local >= BLOCK_V, block_last.to(tl.int64), local)
+            token = v0 + local
+        running += block_sum
+    token = tl.where(token < 0, last_positive, token)
+    return token, total
 
 
 @triton.jit
@@ -98,7 +122,7 @@ def rejection_kernel(
     target_ptr,  # [B, K+1, V] float32
     greedy_ptr,  # [B] int8
     uniform_ptr,  # [B, K] float32
-    noise_ptr,  # [B, K+1, V] float32
+    emit_uniform_ptr,  # [B] float64
     K, V, S,
     HAS_SPARSE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_S: tl.constexpr,
     BLOCK_OUT: tl.constexpr,
@@ -118,8 +142,8 @@ def rejection_kernel(
             )  # fmt: skip
             num_accepted += accepted.to(tl.int64)
     token = _emit(
-        draft_ptr, sparse_ids_ptr, sparse_probs_ptr, target_ptr, noise_ptr, seq, num_accepted,
-        num_draft, is_greedy, K, V, S, BLOCK_V, BLOCK_S, HAS_SPARSE,
+        draft_ptr, sparse_ids_ptr, sparse_probs_ptr, target_ptr, emit_uniform_ptr, seq,
+        num_accepted, num_draft, is_greedy, K, V, S, BLOCK_V, BLOCK_S, HAS_SPARSE,
     )  # fmt: skip
     # [BLOCK_OUT] accepted drafts, then the emitted token, then PLACEHOLDER (-1)
     offs = tl.arange(0, BLOCK_OUT)
@@ -131,7 +155,8 @@ def rejection_kernel(
 
 @triton.jit
 def _emit(
-    draft_ptr, sparse_ids_ptr, sparse_probs_ptr, target_ptr, noise_ptr, seq, pos, num_draft,
+    draft_ptr, sparse_ids_ptr, sparse_probs_ptr, target_ptr, emit_uniform_ptr, seq, pos,
+    num_draft,
     is_greedy, K, V, S, BLOCK_V: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SPARSE: tl.constexpr,
 ):  # fmt: skip
     """The token at position `pos`: correction from norm(max(0, p - q)) after a rejection,
@@ -140,7 +165,7 @@ def _emit(
     if is_greedy:
         token = _row_argmax(p_ptr, V, BLOCK_V)
     else:
-        noise_row = noise_ptr + (seq * (K + 1) + pos) * V
+        u = tl.load(emit_uniform_ptr + seq)
         has_draft = pos < num_draft
         draft_at = seq * K + tl.minimum(pos, K - 1)
         point_id = tl.load(draft_ptr + draft_at, mask=has_draft, other=-1)
@@ -151,13 +176,11 @@ def _emit(
             ids_ptr, probs_ptr = sparse_ids_ptr + draft_at * S, sparse_probs_ptr + draft_at * S
             ids, probs, is_point = _sparse_at(ids_ptr, probs_ptr, S, has_draft, BLOCK_S)
             point_weight = tl.where(is_point, 1.0, 0.0)
-        token, max_residual = _race(
-            p_ptr, noise_row, V, ids, probs, point_id, point_weight, has_draft,
-            BLOCK_V, HAS_SPARSE,
+        token, total = _inverse_cdf(
+            p_ptr, u, V, ids, probs, point_id, point_weight, has_draft, BLOCK_V, HAS_SPARSE,
         )  # fmt: skip
-        if max_residual == 0.0:  # p == q: fall back to p
-            token, max_residual = _race(
-                p_ptr, noise_row, V, ids, probs, point_id, point_weight, pos < 0,
-                BLOCK_V, HAS_SPARSE,
+        if total == 0.0:  # p == q: fall back to p
+            token, total = _inverse_cdf(
+                p_ptr, u, V, ids, probs, point_id, point_weight, pos < 0, BLOCK_V, HAS_SPARSE,
             )  # fmt: skip
     return token

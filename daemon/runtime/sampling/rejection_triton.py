@@ -33,7 +33,7 @@ def rejection_sample_triton(
     target_probs: torch.Tensor,  # [B, K+1, V] float32
     is_greedy: torch.Tensor,  # [B] bool
     uniform: torch.Tensor,  # [B, K] float32
-    exp_noise: torch.Tensor,  # [B, K+1, V] float32
+    emit_uniform: torch.Tensor,  # [B] float64
     max_block_v: int = MAX_BLOCK_V,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel; same contract as `rejection.rejection_sample`. `max_block_v` (a power of
@@ -42,7 +42,7 @@ def rejection_sample_triton(
         raise RuntimeError("triton is not installed; use rejection_sample_for_device")
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, exp_noise,
+        target_probs, is_greedy, uniform, emit_uniform,
     )  # fmt: skip
     num_seqs, max_k = draft_token_ids.shape
     vocab_size = target_probs.shape[-1]
@@ -68,7 +68,7 @@ def rejection_sample_triton(
         draft_token_ids.long().contiguous(), num_draft_tokens.long().contiguous(),
         sparse_ids, sparse_probs,
         target_probs.float().contiguous(), is_greedy.to(torch.int8).contiguous(),
-        uniform.float().contiguous(), exp_noise.float().contiguous(),
+        uniform.float().contiguous(), emit_uniform.double().contiguous(),
         max_k, vocab_size, num_sparse,
         HAS_SPARSE=has_sparse, BLOCK_V=block_v, BLOCK_S=block_s,
         BLOCK_OUT=triton.next_power_of_2(max_k + 1),

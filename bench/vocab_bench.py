@@ -1,0 +1,185 @@
+"""Speculation at a real vocabulary size: per-round engine cost and acceptance.
+
+    python -m bench.vocab_bench [--vocab 151936] [--batch 16] [--k 4] [--rounds 12]
+
+A tiny random Llama with Qwen's vocabulary (151,936) is both draft and target (two loaded
+copies of one checkpoint), so every draft should be accepted whatever the temperature: the
+acceptance measures what the proposal format loses, and the time outside the two models'
+forward passes measures what sampling at this vocabulary costs the engine. For greedy and each
+temperature it prints, per round: the verify forward, the draft forwards, everything else
+(sampling, rejection, bookkeeping) and its ratio to the verify forward; the acceptance; and
+the proposal's bytes per round per sequence on the wire.
+"""
+
+import argparse
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.table import Table
+
+from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.engine.engine import SpecEngine
+from daemon.runtime.engine.request import Request
+from daemon.runtime.engine.stats import EngineStats
+from daemon.runtime.model import load_model
+from daemon.runtime.model.batch import ForwardBatch
+from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.proposers.draft_model import DraftModelProposer
+from daemon.runtime.remote.wire_budget import bytes_per_round_per_seq
+from daemon.runtime.sampling.params import SamplingParams
+from specctl.console import make_console
+from tests.tiny_models import make_tiny_checkpoint
+
+QWEN_VOCAB = 151_936
+PROMPT_LEN = 16
+
+
+class TimedModel:
+    """Measures the wall time of a model's forward passes (everything else passes through)."""
+
+    def __init__(self, model: CausalLM) -> None:
+        self._model = model
+        self.forward_s = 0.0
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
+        start = time.perf_counter()
+        try:
+            return self._model.forward(batch)
+        finally:
+            self.forward_s += time.perf_counter() - start
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._model, name)
+
+
+@dataclass(slots=True)
+class VocabResult:
+    mode: str
+    rounds: int
+    verify_ms: float  # the target's forward per round
+    draft_forward_ms: float  # the draft's forwards per round
+    other_ms: float  # the rest of the round: sampling, rejection, bookkeeping
+    acceptance: float
+    bytes_per_seq: int  # proposal bytes per round per sequence on the wire
+
+    @property
+    def other_over_verify(self) -> float:
+        return self.other_ms / self.verify_ms if self.verify_ms else float("inf")
+
+
+def run_mode(
+    target: CausalLM,
+    draft: TimedModel,
+    temperature: float,
+    batch: int,
+    k: int,
+    rounds: int,
+    sparse_top_k: int,
+) -> VocabResult:
+    params = SamplingParams(temperature=temperature, max_tokens=rounds * (k + 1), ignore_eos=True)
+    seed = 1234 if temperature > 0 else None
+    config = EngineConfig(
+        max_batch_size=batch, num_speculative_tokens=k, draft_sparse_top_k=sparse_top_k
+    )
+    engine = SpecEngine(target, DraftModelProposer(draft), config, eos_token_ids=[])  # type: ignore[arg-type]
+    gen = torch.Generator().manual_seed(0)
+    vocab = target.vocab_size
+    prompts = [torch.randint(0, vocab, (PROMPT_LEN,), generator=gen).tolist() for _ in range(batch)]
+
+    def requests(tag: str) -> list[Request]:
+        return [
+            Request(
+                f"{tag}{i}", p, dataclasses.replace(params, seed=None if seed is None else seed + i)
+            )
+            for i, p in enumerate(prompts)
+        ]
+
+    warm = SamplingParams(temperature=temperature, max_tokens=2 * (k + 1), ignore_eos=True)
+    engine.generate(Request(f"w{i}", p, warm) for i, p in enumerate(prompts))
+    engine.stats = EngineStats()
+    draft.forward_s = 0.0
+    engine.generate(requests("r"))
+    stats = engine.stats
+    draft_fwd = draft.forward_s
+    # the draft's prefill of the measured prompts happened inside the engine's prefill
+    num = max(stats.num_rounds, 1)
+    other = stats.step_time_s - stats.prefill_time_s - stats.verify_time_s - stats.draft_time_s
+    sampling_in_draft = max(0.0, stats.draft_time_s - draft_fwd)
+    mode = "greedy" if temperature == 0 else f"T={temperature:g}"
+    return VocabResult(
+        mode=mode,
+        rounds=stats.num_rounds,
+        verify_ms=1000 * stats.verify_time_s / num,
+        draft_forward_ms=1000 * min(draft_fwd, stats.draft_time_s) / num,
+        other_ms=1000 * (other + sampling_in_draft) / num,
+        acceptance=stats.acceptance_rate,
+        bytes_per_seq=round(
+            bytes_per_round_per_seq(
+                context_len=PROMPT_LEN, k=k, sparse_top_k=sparse_top_k, sampled=temperature > 0
+            )
+        ),
+    )
+
+
+def results_table(results: list[VocabResult], title: str) -> Table:
+    table = Table(title=title)
+    for col in (
+        "mode",
+        "rounds",
+        "verify fwd ms",
+        "draft fwd ms",
+        "rest ms",
+        "rest / verify",
+        "acceptance",
+        "bytes/round/seq",
+    ):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(
+            r.mode,
+            str(r.rounds),
+            f"{r.verify_ms:.1f}",
+            f"{r.draft_forward_ms:.1f}",
+            f"{r.other_ms:.1f}",
+            f"{r.other_over_verify:.2f}",
+            f"{r.acceptance:.3f}",
+            str(r.bytes_per_seq),
+        )
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--vocab", type=int, default=QWEN_VOCAB)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=12, help="rounds per request (about)")
+    parser.add_argument("--temperatures", default="0,0.7,1.0")
+    parser.add_argument("--sparse-top-k", type=int, default=EngineConfig().draft_sparse_top_k)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    console = make_console()
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = make_tiny_checkpoint(
+            Path(tmp) / "m", vocab_size=args.vocab, hidden_size=64, num_layers=2,
+            with_tokenizer=False,
+        )  # fmt: skip
+        target = load_model(ckpt, num_slots=args.batch)
+        draft = TimedModel(load_model(ckpt, num_slots=args.batch))
+        results = [
+            run_mode(target, draft, float(t), args.batch, args.k, args.rounds, args.sparse_top_k)
+            for t in args.temperatures.split(",")
+        ]
+    title = f"V={args.vocab}, draft = target, B={args.batch}, k={args.k}, {args.threads} thread(s)"
+    console.print(results_table(results, title))
+
+
+if __name__ == "__main__":
+    main()
