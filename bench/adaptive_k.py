@@ -1,6 +1,6 @@
 """Adaptive k against every fixed k, in one run: does the controller find what pays?
 
-    python -m bench.adaptive_k [--cost-ratio 30] [--concurrency 1,4,16,32] [--max-k 6]
+    python -m bench.adaptive_k [--cost-ratio 30 | --wide] [--concurrency 1,4,16,32] [--max-k 6]
 
 For each prompt set (code, prose) and each concurrency it runs target-only, speculative with
 every fixed k from 1 to --max-k, and adaptive with ceiling --max-k, on the demo pair (or the
@@ -90,6 +90,7 @@ def summarise(rows: list[Row]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cost-ratio", type=float, default=0.0, help="0: the plain demo pair")
+    parser.add_argument("--wide", action="store_true", help="the wide cost-scaled target")
     parser.add_argument("--concurrency", default="1,4,16,32")
     parser.add_argument("--max-k", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -98,11 +99,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     target, draft = require_demo_pair()
-    if args.cost_ratio:
-        from specctl.commands.bench import resolve_target
+    if args.cost_ratio or args.wide:
+        from specctl.commands.bench import resolve_target, resolve_wide_target
         from specctl.console import make_console
 
-        target = resolve_target(None, args.cost_ratio, args.out, make_console())
+        if args.wide:
+            target = resolve_wide_target(args.out, make_console())
+        else:
+            target = resolve_target(None, args.cost_ratio, args.out, make_console())
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     bench = SpecBench(target, draft, "float32", max_batch=max(concurrencies))
     rows: list[Row] = []

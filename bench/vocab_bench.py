@@ -1,6 +1,7 @@
 """Speculation at a real vocabulary size: per-round engine cost and acceptance.
 
     python -m bench.vocab_bench [--vocab 151936] [--batch 16] [--k 4] [--rounds 12]
+    python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32,4096
 
 A tiny random Llama with Qwen's vocabulary (151,936) is both draft and target (two loaded
 copies of one checkpoint), so every draft should be accepted whatever the temperature: the
@@ -8,7 +9,9 @@ acceptance measures what the proposal format loses, and the time outside the two
 forward passes measures what sampling at this vocabulary costs the engine. For greedy and each
 temperature it prints, per round: the verify forward, the draft forwards, everything else
 (sampling, rejection, bookkeeping) and its ratio to the verify forward; the acceptance; and
-the proposal's bytes per round per sequence on the wire.
+the proposal's bytes per round per sequence on the wire. `--pair demo` runs the trained demo
+pair instead (code prompts), where several `--sparse-top-k` widths compare the compact
+proposal with full-distribution drafting (width = the vocabulary).
 """
 
 import argparse
@@ -21,6 +24,8 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
+from bench.workload import load_prompt_texts, repeat_to, tokenize
+from daemon.runtime.engine.builder import load_tokenizer
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.request import Request
@@ -31,7 +36,9 @@ from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.remote.wire_budget import bytes_per_round_per_seq
 from daemon.runtime.sampling.params import SamplingParams
+from daemon.runtime.sampling.quantized import MAX_LISTED
 from specctl.console import make_console
+from specctl.demo_pair import DEMO_PROMPTS_CODE, require_demo_pair
 from tests.tiny_models import make_tiny_checkpoint
 
 QWEN_VOCAB = 151_936
@@ -64,7 +71,8 @@ class VocabResult:
     draft_forward_ms: float  # the draft's forwards per round
     other_ms: float  # the rest of the round: sampling, rejection, bookkeeping
     acceptance: float
-    bytes_per_seq: int  # proposal bytes per round per sequence on the wire
+    bytes_per_seq: int | None  # proposal bytes per round per sequence on the wire (None: too
+    # wide for the wire, a local drafter only)
 
     @property
     def other_over_verify(self) -> float:
@@ -74,21 +82,21 @@ class VocabResult:
 def run_mode(
     target: CausalLM,
     draft: TimedModel,
+    prompts: list[list[int]],
     temperature: float,
-    batch: int,
     k: int,
     rounds: int,
     sparse_top_k: int,
 ) -> VocabResult:
+    """One engine run, every prompt at once (batch = len(prompts))."""
+    batch = len(prompts)
     params = SamplingParams(temperature=temperature, max_tokens=rounds * (k + 1), ignore_eos=True)
     seed = 1234 if temperature > 0 else None
     config = EngineConfig(
         max_batch_size=batch, num_speculative_tokens=k, draft_sparse_top_k=sparse_top_k
     )
-    engine = SpecEngine(target, DraftModelProposer(draft), config, eos_token_ids=[])  # type: ignore[arg-type]
-    gen = torch.Generator().manual_seed(0)
-    vocab = target.vocab_size
-    prompts = [torch.randint(0, vocab, (PROMPT_LEN,), generator=gen).tolist() for _ in range(batch)]
+    proposer = DraftModelProposer(draft, sparse_top_k=sparse_top_k)  # type: ignore[arg-type]
+    engine = SpecEngine(target, proposer, config, eos_token_ids=[])
 
     def requests(tag: str) -> list[Request]:
         return [
@@ -110,6 +118,15 @@ def run_mode(
     other = stats.step_time_s - stats.prefill_time_s - stats.verify_time_s - stats.draft_time_s
     sampling_in_draft = max(0.0, stats.draft_time_s - draft_fwd)
     mode = "greedy" if temperature == 0 else f"T={temperature:g}"
+    mode += f", top-{sparse_top_k}+tail" if temperature > 0 else ""
+    sampled = temperature > 0
+    wire_bytes = None
+    if sparse_top_k <= MAX_LISTED or not sampled:
+        wire_bytes = round(
+            bytes_per_round_per_seq(
+                context_len=PROMPT_LEN, k=k, sparse_top_k=sparse_top_k, sampled=sampled
+            )
+        )
     return VocabResult(
         mode=mode,
         rounds=stats.num_rounds,
@@ -117,11 +134,7 @@ def run_mode(
         draft_forward_ms=1000 * min(draft_fwd, stats.draft_time_s) / num,
         other_ms=1000 * (other + sampling_in_draft) / num,
         acceptance=stats.acceptance_rate,
-        bytes_per_seq=round(
-            bytes_per_round_per_seq(
-                context_len=PROMPT_LEN, k=k, sparse_top_k=sparse_top_k, sampled=temperature > 0
-            )
-        ),
+        bytes_per_seq=wire_bytes,
     )
 
 
@@ -147,7 +160,7 @@ def results_table(results: list[VocabResult], title: str) -> Table:
             f"{r.other_ms:.1f}",
             f"{r.other_over_verify:.2f}",
             f"{r.acceptance:.3f}",
-            str(r.bytes_per_seq),
+            "local only" if r.bytes_per_seq is None else str(r.bytes_per_seq),
         )
     return table
 
@@ -156,29 +169,51 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument(
+        "--pair", choices=("random", "demo"), default="random",
+        help="random: a tiny random Llama at --vocab as draft and target; demo: the demo pair",
+    )  # fmt: skip
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=12, help="rounds per request (about)")
     parser.add_argument("--temperatures", default="0,0.7,1.0")
-    parser.add_argument("--sparse-top-k", type=int, default=EngineConfig().draft_sparse_top_k)
+    parser.add_argument(
+        "--sparse-top-k", default=str(EngineConfig().draft_sparse_top_k),
+        help="comma-separated proposal widths to compare (above 254: local drafters only)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     console = make_console()
+    widths = [int(w) for w in args.sparse_top_k.split(",")]
+    temperatures = [float(t) for t in args.temperatures.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = make_tiny_checkpoint(
-            Path(tmp) / "m", vocab_size=args.vocab, hidden_size=64, num_layers=2,
-            with_tokenizer=False,
-        )  # fmt: skip
-        target = load_model(ckpt, num_slots=args.batch)
-        draft = TimedModel(load_model(ckpt, num_slots=args.batch))
+        if args.pair == "demo":
+            target_dir, draft_dir = require_demo_pair()
+            tokenizer = load_tokenizer(target_dir)
+            texts = load_prompt_texts(DEMO_PROMPTS_CODE)
+            prompts = repeat_to(tokenize(tokenizer, texts), args.batch)[: args.batch]
+            title = f"demo pair, B={args.batch}, k={args.k}"
+        else:
+            target_dir = draft_dir = make_tiny_checkpoint(
+                Path(tmp) / "m", vocab_size=args.vocab, hidden_size=64, num_layers=2,
+                with_tokenizer=False,
+            )  # fmt: skip
+            gen = torch.Generator().manual_seed(0)
+            prompts = [
+                torch.randint(0, args.vocab, (PROMPT_LEN,), generator=gen).tolist()
+                for _ in range(args.batch)
+            ]
+            title = f"V={args.vocab}, draft = target, B={args.batch}, k={args.k}"
+        target = load_model(target_dir, num_slots=args.batch)
+        draft = TimedModel(load_model(draft_dir, num_slots=args.batch))
         results = [
-            run_mode(target, draft, float(t), args.batch, args.k, args.rounds, args.sparse_top_k)
-            for t in args.temperatures.split(",")
+            run_mode(target, draft, prompts, t, args.k, args.rounds, w)
+            for t in temperatures
+            for w in (widths if t > 0 else widths[:1])
         ]
-    title = f"V={args.vocab}, draft = target, B={args.batch}, k={args.k}, {args.threads} thread(s)"
-    console.print(results_table(results, title))
+    console.print(results_table(results, f"{title}, {args.threads} thread(s)"))
 
 
 if __name__ == "__main__":

@@ -134,8 +134,18 @@ def test_semantic_checks() -> None:
     with pytest.raises(WireError, match="outside its proposal"):
         decode_reply(encode_reply(DraftReply(1, 2, proposals=[SlotDrafts(0, record)])))
     record.sparse[0] = SparseDraw(torch.tensor([5, 7]), torch.tensor([16384, 16383]))
-    with pytest.raises(WireError, match="sum to"):
+    with pytest.raises(WireError, match="sum with the tail to"):
         decode_reply(encode_reply(DraftReply(1, 2, proposals=[SlotDrafts(0, record)])))
+    # a draft outside the listed tokens is fine when the tail holds mass (it came from there)
+    record.sparse[0] = SparseDraw(torch.tensor([6, 7]), torch.tensor([16384, 16383]), 1)
+    decoded = decode_reply(encode_reply(DraftReply(1, 2, proposals=[SlotDrafts(0, record)])))
+    (sent,) = decoded.proposals[0].drafts.sparse
+    assert sent is not None and sent.tail == 1 and sent.ids.tolist() == [6, 7]
+    # all of the mass in the tail: no token listed, still a sampled draft
+    record.sparse[0] = SparseDraw(torch.tensor([6]), torch.tensor([0]), 32768)
+    decoded = decode_reply(encode_reply(DraftReply(1, 2, proposals=[SlotDrafts(0, record)])))
+    (sent,) = decoded.proposals[0].drafts.sparse
+    assert sent is not None and sent.tail == 32768 and sent.ids.numel() == 0
     record.sparse[0] = SparseDraw(torch.tensor([5, 5]), torch.tensor([16384, 16384]))
     with pytest.raises(WireError, match="repeated"):
         decode_reply(encode_reply(DraftReply(1, 2, proposals=[SlotDrafts(0, record)])))

@@ -18,6 +18,7 @@ class RejectionInputs:
     is_greedy: torch.Tensor  # [B] bool
     uniform: torch.Tensor  # [B, K] float32
     emit_uniform: torch.Tensor  # [B] float64
+    draft_sparse_tail: torch.Tensor | None = None  # [B, K] float32
 
     def args(self) -> tuple:
         return (
@@ -29,6 +30,7 @@ class RejectionInputs:
             self.is_greedy,
             self.uniform,
             self.emit_uniform,
+            self.draft_sparse_tail,
         )
 
 
@@ -49,9 +51,10 @@ def random_batch(
     drafts = torch.where(use_argmax, target_probs[:, :max_k].argmax(-1), random_ids)
     is_real = torch.arange(max_k) < num_draft.unsqueeze(-1)
     drafts = torch.where(is_real, drafts, PLACEHOLDER_TOKEN_ID)
-    sparse_ids = sparse_probs = None
+    sparse_ids = sparse_probs = sparse_tail = None
     if num_sparse is not None:
         sparse_ids, sparse_probs = _sparse_around(gen, drafts.clamp(min=0), vocab_size, num_sparse)
+        sparse_probs, sparse_tail = _with_tails(gen, sparse_probs)
     return RejectionInputs(
         draft_token_ids=drafts,
         num_draft_tokens=num_draft,
@@ -61,7 +64,21 @@ def random_batch(
         is_greedy=torch.rand(num_seqs, generator=gen) < 0.3,
         uniform=torch.rand(num_seqs, max_k, generator=gen),
         emit_uniform=torch.rand(num_seqs, generator=gen, dtype=torch.float64),
+        draft_sparse_tail=sparse_tail,
     )
+
+
+def _with_tails(gen: torch.Generator, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Half of the sampled positions move some of their mass to a tail (the listed probs
+    shrink to make room), and a few sampled positions are all tail."""
+    num_seqs, max_k, _ = probs.shape
+    is_sampled = (probs > 0).any(dim=-1)  # [B, K]
+    tail = torch.rand(num_seqs, max_k, generator=gen) * 0.6
+    tail = torch.where(torch.rand(num_seqs, max_k, generator=gen) < 0.5, tail, 0.0)
+    all_tail = torch.rand(num_seqs, max_k, generator=gen) < 0.1
+    tail = torch.where(all_tail, 1.0, tail)
+    tail = torch.where(is_sampled, tail, 0.0)
+    return probs * (1.0 - tail).unsqueeze(-1), tail
 
 
 def _sparse_around(

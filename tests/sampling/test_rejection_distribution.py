@@ -65,10 +65,18 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
     q0, q1 = draft_tables(gen)
     gens = make_generators([seed * NUM_ROWS + row for row in range(NUM_ROWS)])
     ids0, sp0 = sparse_top_k(q0.expand(NUM_ROWS, -1), num_sparse)  # [N, S]
+    sparse_tail = None
     if mode == "point":  # greedy draft: point masses on the draft's argmax
         x0 = ids0[:, 0]
         x1 = q1[x0].argmax(-1)
         sparse_ids = sparse_probs = None
+    elif mode == "tail":  # top-S with their own probabilities, the rest spread evenly
+        ids0, sp0, tail0 = with_tail(q0.expand(NUM_ROWS, -1), num_sparse)
+        x0 = sample_sparse(*dense(ids0, sp0, tail0), gens)
+        ids1, sp1, tail1 = with_tail(q1[x0], num_sparse)
+        x1 = sample_sparse(*dense(ids1, sp1, tail1), gens)
+        sparse_ids, sparse_probs = torch.stack([ids0, ids1], 1), torch.stack([sp0, sp1], 1)
+        sparse_tail = torch.stack([tail0, tail1], 1)
     else:
         x0 = sample_sparse(ids0, sp0, gens)
         ids1, sp1 = sparse_top_k(q1[x0], num_sparse)
@@ -83,6 +91,7 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
         torch.zeros(NUM_ROWS, dtype=torch.bool),
         uniform_noise(gens, [2] * NUM_ROWS, 2),
         emit_uniforms(gens),
+        sparse_tail,
     )
     t0 = out[:, 0]
     # one token emitted: the next round samples t1 from P1[t0]
@@ -91,8 +100,24 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
     return t0, t1, x0, p0, p1
 
 
+def with_tail(q: torch.Tensor, num_sparse: int) -> tuple[torch.Tensor, ...]:
+    """q [N, V] -> its top-S ids and probabilities [N, S] (not renormalised) and the tail
+    mass [N] spread evenly over the other V - S tokens."""
+    probs, ids = q.topk(num_sparse, dim=-1)
+    return ids, probs, (1.0 - probs.sum(-1)).clamp(min=0.0)
+
+
+def dense(ids: torch.Tensor, probs: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The same proposal over the whole vocabulary: ids [N, V], probs [N, V]."""
+    num_rows, num_sparse = ids.shape
+    q = (tail / (VOCAB - num_sparse)).unsqueeze(-1).expand(num_rows, VOCAB).clone()
+    q.scatter_(-1, ids, probs)
+    return torch.arange(VOCAB).expand(num_rows, -1), q
+
+
 CASES = {
     "full_support": ("sparse", VOCAB, False),
+    "top3_and_tail": ("tail", 3, False),
     "sparse_top4": ("sparse", 4, False),
     "point_mass": ("point", 1, False),
     "truncated_target": ("sparse", 6, True),
@@ -103,7 +128,7 @@ CASES = {
 def test_emitted_tokens_follow_target(case: str) -> None:
     mode, num_sparse, truncate = CASES[case]
     t0, t1, x0, p0, p1 = speculate(mode, num_sparse, truncate, seed=len(case))
-    if mode != "point" and not truncate:
+    if mode == "sparse" and not truncate:
         # power: the same test rejects the draft tokens themselves (q0 != p0), so the
         # sample is large enough to see the difference the sampler corrects
         assert chi_square_p(x0, p0) < MIN_P_VALUE

@@ -53,6 +53,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
         torch.tensor([s.request.params.is_greedy for s in seqs], dtype=torch.bool),
         uniform,
         emit_uniform,
+        _trim(proposals.sparse_tail, max_k),
     )
     out_lists, counts = out.tolist(), num_out.tolist()
     return Verdict(

@@ -28,16 +28,18 @@ class Proposals:
     """Draft tokens for one round. Only tokens sampled from exactly the distribution returned
     may be proposed: that is what keeps verification lossless.
 
-    `sparse_ids`/`sparse_probs` hold, for sampled drafts, the truncated renormalised
-    distribution each draft token was drawn from. A position whose probs are all zero (or
-    `sparse_ids is None` for the whole batch) was proposed deterministically: a point mass on
-    the draft token (greedy drafting, n-gram lookup).
+    `sparse_ids`/`sparse_probs`/`sparse_tail` hold, for sampled drafts, the distribution each
+    draft token was drawn from: probs[s] on ids[s], and the tail mass spread evenly over the
+    V - L tokens not listed with a positive prob (L of them are). A position whose probs and
+    tail are all zero (or `sparse_ids is None` for the whole batch) was proposed
+    deterministically: a point mass on the draft token (greedy drafting, n-gram lookup).
     """
 
     draft_token_ids: torch.Tensor  # [B, K] int64, PLACEHOLDER_TOKEN_ID past num_draft_tokens[b]
     num_draft_tokens: list[int]  # [B], each <= the k asked for
     sparse_ids: torch.Tensor | None = None  # [B, K, S] int64
     sparse_probs: torch.Tensor | None = None  # [B, K, S] float32
+    sparse_tail: torch.Tensor | None = None  # [B, K] float32; None: no tails
     draft_time_s: float = 0.0  # time in the proposer's forward passes
 
     @property

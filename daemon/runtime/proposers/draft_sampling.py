@@ -1,11 +1,13 @@
 """How a draft model turns one step's logits into draft tokens.
 
 Greedy rows draft the argmax (a point mass). Sampled rows draft from the draft's own
-distribution at the request's temperature, truncated to its top `sparse_top_k` tokens,
-renormalised and quantised to integer counts out of N = 2^15 (sampling/quantized.py); the
-token is the one whose cumulative count range holds the integer draw of (draft seed, absolute
-position) (sampling/keyed_random.py). Those counts are what the verifier receives, so it knows
-q exactly, and the same prefix drafts the same token wherever and whenever it is drafted.
+distribution at the request's temperature, sent as its top `sparse_top_k` tokens and a tail
+(the rest of the mass, spread evenly over the unlisted tokens), quantised to integer counts
+out of N = 2^15 (sampling/quantized.py). The integer draw of (draft seed, absolute position)
+picks the entry whose cumulative count range holds it; a draw in the tail's range picks an
+unlisted token with a second keyed word (sampling/keyed_random.py). Those counts are what the
+verifier receives, so it knows q exactly, and the same prefix drafts the same token wherever
+and whenever it is drafted.
 
 With `with_alternatives`, every row also reports the draft's best tokens at that position
 and their probabilities (its guesses for a correction there, used to plan pre-drafted
@@ -17,14 +19,17 @@ from dataclasses import dataclass
 import torch
 
 from daemon.runtime.proposers.drafts import SparseDraw
-from daemon.runtime.sampling.keyed_random import keyed_draw
-from daemon.runtime.sampling.logits import process_logits, sparse_top_k, top_k
+from daemon.runtime.sampling.keyed_random import keyed_draw, keyed_u64
+from daemon.runtime.sampling.logits import process_logits, top_k
 from daemon.runtime.sampling.quantized import (
     PROPOSAL_BITS,
     PROPOSAL_TOTAL,
-    quantize_counts,
+    quantize_with_tail,
     sample_from_counts,
+    unlisted_token,
 )
+
+TAIL_SALT = 0x5851F42D4C957F2D  # separates a draft's tail-token stream from its main draws
 
 
 @dataclass(slots=True)
@@ -116,15 +121,29 @@ class DraftSampler:
             torch.ones(num_rows),
             inplace=True,
         )
-        ids, sparse = sparse_top_k(probs, min(self.sparse_top_k, probs.shape[-1]))  # [A', S]
-        counts = quantize_counts(sparse)  # [A', S] int64, rows sum to 2^15
+        vocab_size = probs.shape[-1]
+        top, ids = top_k(probs, min(self.sparse_top_k, vocab_size))  # [A', S]
+        counts, tails = quantize_with_tail(top)  # [A', S], [A'] int64: rows sum to 2^15
         draws = torch.tensor([keyed_draw(k.draft_seed, k.position, PROPOSAL_BITS) for k in keys])
-        choice = sample_from_counts(counts, draws)  # [A']
-        tokens = ids.gather(-1, choice.unsqueeze(-1)).squeeze(-1).tolist()
-        return [(token, SparseDraw(ids[r], counts[r])) for r, token in enumerate(tokens)]
+        # [A'] index into [counts..., tail]: S means the tail
+        choice = sample_from_counts(torch.cat([counts, tails.unsqueeze(-1)], -1), draws)
+        num_listed = ids.shape[-1]
+        picked = ids.gather(-1, choice.clamp(max=num_listed - 1).unsqueeze(-1)).squeeze(-1)
+        out = []
+        for r, (key, token, index) in enumerate(
+            zip(keys, picked.tolist(), choice.tolist(), strict=True)
+        ):
+            if index == num_listed:  # the tail: a uniformly random unlisted token
+                listed = ids[r][counts[r] > 0].tolist()
+                word = keyed_u64(key.draft_seed ^ TAIL_SALT, key.position)
+                token = unlisted_token(listed, vocab_size, word)
+            out.append((token, SparseDraw(ids[r], counts[r], int(tails[r]))))
+        return out
 
 
 def _prob_of(sparse: SparseDraw, token: int) -> float:
-    """q(token) under the counts it was drawn from."""
+    """q(token) under the counts it was drawn from (the tail's share if it is not listed)."""
     hits = sparse.counts[sparse.ids == token]
-    return float(hits.sum()) / PROPOSAL_TOTAL
+    if bool((hits > 0).any()):
+        return float(hits.sum()) / PROPOSAL_TOTAL
+    return 0.0  # a tail token: its share of the tail is negligible for planning branches

@@ -21,17 +21,20 @@ from daemon.runtime.proposers.base import (
     Proposer,
     ProposeRequest,
 )
-from daemon.runtime.sampling.quantized import counts_to_probs
+from daemon.runtime.sampling.quantized import PROPOSAL_TOTAL, counts_to_probs
 
 NO_BRANCH = -1  # `adopt`: the verdict matched no prepared branch
 
 
 @dataclass(slots=True)
 class SparseDraw:
-    """The distribution one sampled draft was drawn from: counts out of PROPOSAL_TOTAL."""
+    """The distribution one sampled draft was drawn from, in counts out of PROPOSAL_TOTAL:
+    `counts[i]` on token `ids[i]`, and `tail` spread evenly over every token not listed with
+    a positive count (see sampling/quantized.py)."""
 
     ids: torch.Tensor  # [S] int64; entries with count 0 are padding
-    counts: torch.Tensor  # [S] int64, summing to PROPOSAL_TOTAL
+    counts: torch.Tensor  # [S] int64; with `tail`, summing to PROPOSAL_TOTAL
+    tail: int = 0
 
 
 @dataclass(slots=True)
@@ -128,10 +131,11 @@ def pack_records(records: list[DraftRecord]) -> Proposals:
     max_k = max((len(r) for r in records), default=0)
     drafts = torch.full((num_rows, max_k), PLACEHOLDER_TOKEN_ID, dtype=torch.long)  # [B, K]
     widths = [int(s.ids.shape[0]) for r in records for s in r.sparse if s is not None]
-    sparse_ids = sparse_probs = None
+    sparse_ids = sparse_probs = sparse_tail = None
     if widths:
         sparse_ids = torch.zeros((num_rows, max_k, max(widths)), dtype=torch.long)  # [B, K, S]
         sparse_probs = torch.zeros((num_rows, max_k, max(widths)))  # [B, K, S]
+        sparse_tail = torch.zeros((num_rows, max_k))  # [B, K]
     for row, record in enumerate(records):
         if not record.tokens:
             continue
@@ -139,12 +143,15 @@ def pack_records(records: list[DraftRecord]) -> Proposals:
         for pos, sparse in enumerate(record.sparse):
             if sparse is None or sparse_ids is None or sparse_probs is None:
                 continue
+            assert sparse_tail is not None
             width = int(sparse.ids.shape[0])
             sparse_ids[row, pos, :width] = sparse.ids
             sparse_probs[row, pos, :width] = counts_to_probs(sparse.counts)
+            sparse_tail[row, pos] = sparse.tail / PROPOSAL_TOTAL  # exact in float32
     return Proposals(
         draft_token_ids=drafts,
         num_draft_tokens=[len(r) for r in records],
         sparse_ids=sparse_ids,
         sparse_probs=sparse_probs,
+        sparse_tail=sparse_tail,
     )

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.runtime.errors import SpecError
 from daemon.runtime.model import load_model
 from daemon.runtime.parallel.group import TensorParallel
 from daemon.runtime.parallel.leader import as_leader
@@ -16,6 +17,7 @@ from daemon.runtime.proposers.draft_model import (
 )
 from daemon.runtime.proposers.ngram import NgramProposer
 from daemon.runtime.remote.draft_server import DraftServer
+from daemon.runtime.sampling.quantized import MAX_LISTED
 
 
 @dataclass(slots=True)
@@ -40,6 +42,11 @@ def build_draft_proposer(
     """The drafter's proposer; `progress(bytes loaded, bytes in all)` while weights load."""
     if spec.draft is None:
         return NgramProposer(branch_width=spec.branch_width)
+    if not 1 <= spec.sparse_top_k <= MAX_LISTED:
+        raise SpecError(
+            f"sparse_top_k must be in [1, {MAX_LISTED}] for a remote drafter (what the wire "
+            f"carries per draft), got {spec.sparse_top_k}"
+        )
     model = load_model(
         spec.draft,
         dtype=spec.dtype,

@@ -177,7 +177,10 @@ class DraftServer:
         proposals = self.proposer.propose(self._request(entries))
         records = _records(proposals.draft_token_ids.tolist(), proposals.num_draft_tokens)
         if proposals.sparse_ids is not None and proposals.sparse_probs is not None:
-            _attach_sparse(records, proposals.sparse_ids, proposals.sparse_probs)
+            tail = proposals.sparse_tail
+            if tail is None:
+                tail = torch.zeros(proposals.sparse_probs.shape[:2])
+            _attach_sparse(records, proposals.sparse_ids, proposals.sparse_probs, tail)
         elapsed = time.perf_counter() - start
         self.stats.propose_time_s += elapsed
         return [SlotDrafts(e.slot, r) for e, r in zip(entries, records, strict=True)], elapsed
@@ -207,14 +210,17 @@ def _attach_sparse(
     records: list[DraftRecord],
     sparse_ids: torch.Tensor,  # [B, K, S] int64
     sparse_probs: torch.Tensor,  # [B, K, S] float32, multiples of 1 / PROPOSAL_TOTAL
+    sparse_tail: torch.Tensor,  # [B, K] float32, multiples of 1 / PROPOSAL_TOTAL
 ) -> None:
     """Proposals' sparse q -> the integer counts they were drawn from. Only a proposal
     quantised to counts of 2^15 can cross the wire unchanged; anything else is refused."""
-    counts = (sparse_probs.double() * PROPOSAL_TOTAL).round()  # [B, K, S]
-    if not torch.equal(counts, sparse_probs.double() * PROPOSAL_TOTAL):
+    scaled = torch.cat([sparse_probs, sparse_tail.unsqueeze(-1)], -1).double() * PROPOSAL_TOTAL
+    counts = scaled.round()  # [B, K, S + 1]
+    if not torch.equal(counts, scaled):
         raise SpecError("the proposer's sparse proposal is not quantised to counts of 2^15")
     counts_long = counts.long()
     for row, record in enumerate(records):
         for pos in range(len(record.tokens)):
             if bool((counts_long[row, pos] > 0).any()):
-                record.sparse[pos] = SparseDraw(sparse_ids[row, pos], counts_long[row, pos])
+                listed, tail = counts_long[row, pos, :-1], int(counts_long[row, pos, -1])
+                record.sparse[pos] = SparseDraw(sparse_ids[row, pos], listed, tail)

@@ -12,12 +12,14 @@ Reply:    "SPDR" u8 version, u8 flags (2: 4-byte ids), u32 message id, u64 insta
           errors    i32 slot (-1: the whole message), u16 length, UTF-8 text
           proposals u16 slot, drafts
           branches  u16 slot, u8 count, per branch: u8 accepted count, id token, drafts
-Drafts:   u8 n, n ids, then per draft u8 S (0: a point mass on the draft), S ids, S u16 counts
-          (summing to exactly 2^15; zero counts are never sent).
+Drafts:   u8 n, n ids, then per draft u8 W (0: a point mass on the draft; else a sampled
+          draft listing S = W - 1 tokens), S ids, S u16 counts, u16 tail count (the counts and
+          the tail sum to exactly 2^15; the tail is spread evenly over the unlisted tokens;
+          zero counts are never sent).
 
 Ids are uint16 when every id in the message fits, else int32. Nothing in a round's messages
 depends on the context length: only an admit (once per sequence, or on a resync) carries a
-whole token list. A sampled draft at top-32 costs at most 2 + 1 + 32 * 4 = 131 bytes.
+whole token list. A sampled draft at top-32 costs at most 2 + 1 + 32 * 4 + 2 = 133 bytes.
 """
 
 import math
@@ -37,9 +39,9 @@ from daemon.runtime.remote.messages import (
     UpdateEntry,
 )
 from daemon.runtime.remote.wire_io import WireReader, WireWriter, id_width_for
-from daemon.runtime.sampling.quantized import PROPOSAL_TOTAL
+from daemon.runtime.sampling.quantized import MAX_LISTED, PROPOSAL_TOTAL
 
-VERSION = 1
+VERSION = 2  # 2: sampled drafts carry a tail
 REQUEST_MAGIC, REPLY_MAGIC = b"SPDQ", b"SPDR"
 FLAG_RESET, FLAG_WIDE_IDS = 1, 2
 WIRE_NO_BRANCH = 0xFF
@@ -191,9 +193,12 @@ def _write_drafts(out: WireWriter, record: DraftRecord) -> None:
             continue
         keep = sparse.counts > 0  # zero counts are padding: never drawn, never sent
         ids, counts = sparse.ids[keep].numpy(), sparse.counts[keep].numpy()
-        out.pack("B", len(ids))
+        if len(ids) > MAX_LISTED:
+            raise ValueError(f"a draft lists {len(ids)} tokens; the wire carries {MAX_LISTED}")
+        out.pack("B", len(ids) + 1)
         out.ids(ids)
         out.counts(counts)
+        out.pack("H", sparse.tail)
 
 
 def _read_drafts(read: WireReader, what: str) -> DraftRecord:
@@ -205,21 +210,30 @@ def _read_drafts(read: WireReader, what: str) -> DraftRecord:
         if width == 0:
             record.sparse.append(None)
             continue
-        ids = read.ids(width, f"{what} draft {pos} support ids")
-        counts = read.counts(width, f"{what} draft {pos} counts")
-        _check_support(read, what, pos, token, ids, counts)
-        record.sparse.append(SparseDraw(torch.from_numpy(ids), torch.from_numpy(counts)))
+        ids = read.ids(width - 1, f"{what} draft {pos} support ids")
+        counts = read.counts(width - 1, f"{what} draft {pos} counts")
+        tail = int(read.one("H", f"{what} draft {pos} tail count"))
+        _check_support(read, what, pos, token, ids, counts, tail)
+        record.sparse.append(SparseDraw(torch.from_numpy(ids), torch.from_numpy(counts), tail))
     return record
 
 
 def _check_support(
-    read: WireReader, what: str, pos: int, token: int, ids: np.ndarray, counts: np.ndarray
+    read: WireReader,
+    what: str,
+    pos: int,
+    token: int,
+    ids: np.ndarray,
+    counts: np.ndarray,
+    tail: int,
 ) -> None:
     """A proposal is only lossless if it is a distribution containing the draft."""
     where = f"{what} draft {pos}"
-    if int(counts.sum()) != PROPOSAL_TOTAL or int(counts.min()) <= 0:
-        raise read.error(f"{where}: counts must be positive and sum to {PROPOSAL_TOTAL}")
+    if int(counts.sum()) + tail != PROPOSAL_TOTAL or (counts.size and int(counts.min()) <= 0):
+        raise read.error(
+            f"{where}: counts must be positive and sum with the tail to {PROPOSAL_TOTAL}"
+        )
     if np.unique(ids).size != ids.size:
         raise read.error(f"{where}: repeated support ids")
-    if token not in ids:
+    if token not in ids and tail == 0:
         raise read.error(f"{where}: draft token {token} is outside its proposal's support")

@@ -16,6 +16,7 @@ def check_rejection_inputs(
     is_greedy: torch.Tensor,  # [B]
     uniform: torch.Tensor,  # [B, K]
     emit_uniform: torch.Tensor,  # [B] float64
+    draft_sparse_tail: torch.Tensor | None = None,  # [B, K]
 ) -> None:
     if draft_token_ids.dim() != 2:
         raise ValueError(f"draft_token_ids must be [B, K], got {_shape(draft_token_ids)}")
@@ -38,9 +39,15 @@ def check_rejection_inputs(
     if draft_token_ids.dtype.is_floating_point:
         raise ValueError(f"draft_token_ids must be int64, got {draft_token_ids.dtype}")
     _check_sparse(draft_sparse_ids, draft_sparse_probs, num_seqs, max_k)
+    if draft_sparse_tail is not None:
+        if draft_sparse_ids is None:
+            raise ValueError("draft_sparse_tail needs draft_sparse_ids and draft_sparse_probs")
+        _expect(draft_sparse_tail, (num_seqs, max_k), "draft_sparse_tail")
     tensors = (draft_token_ids, num_draft_tokens, target_probs, is_greedy, uniform, emit_uniform)
     if draft_sparse_ids is not None and draft_sparse_probs is not None:
         tensors += (draft_sparse_ids, draft_sparse_probs)
+    if draft_sparse_tail is not None:
+        tensors += (draft_sparse_tail,)
     devices = sorted({str(t.device) for t in tensors})
     if len(devices) > 1:
         raise ValueError(f"inputs are on several devices: {devices}")

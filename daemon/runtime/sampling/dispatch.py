@@ -18,6 +18,7 @@ def rejection_sample_for_device(
     is_greedy: torch.Tensor,  # [B] bool
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
+    draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if target_probs.device.type == "cuda":
         from daemon.runtime.sampling import rejection_triton
@@ -27,9 +28,10 @@ def rejection_sample_for_device(
             return rejection_triton.rejection_sample_triton(
                 *(None if t is None else t.to(device, non_blocking=True)
                   for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids,
-                            draft_sparse_probs, target_probs, is_greedy, uniform, emit_uniform))
+                            draft_sparse_probs, target_probs, is_greedy, uniform, emit_uniform,
+                            draft_sparse_tail))
             )  # fmt: skip
     return rejection_sample(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, emit_uniform,
+        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
     )  # fmt: skip

@@ -1,22 +1,32 @@
 """Exact, compact sparse proposals: integer counts out of N = 2^15.
 
-A sampled draft position's truncated distribution (its top-S tokens, renormalised) is rounded
-to integer counts that sum to exactly N (largest-remainder rounding: floors first, then one
-more count to the entries with the largest remainders, ties to the more likely token). The
-draft token is drawn from those counts with an integer draw u in [0, N): the token whose
-cumulative range [c_{i-1}, c_i) holds u. The verifier receives the counts and uses
-q = count / N, which float32 holds exactly (N is a power of two and counts are < 2^24).
+A sampled draft position's distribution is sent as its top-S tokens with their probabilities
+and a tail: the rest of its mass, spread evenly over every token not listed (with a positive
+count). At a real vocabulary and a flat distribution (high temperature, creative text) the
+top tokens hold little of the mass, and a proposal truncated to them would make the verifier
+reject nearly every draft; the tail keeps the proposal as small and still lets the drafts
+that come from the rest of the vocabulary be accepted as often as the target allows.
+The drafter draws from exactly this distribution (a tail draw picks a uniformly random
+unlisted token: `unlisted_token`).
+
+The top-S probabilities and the tail are rounded to integer counts that sum to exactly N
+(largest-remainder rounding: floors first, then one more count to the entries with the
+largest remainders, ties to the more likely token). The draft token is drawn from those
+counts with an integer draw u in [0, N): the entry whose cumulative range [c_{i-1}, c_i)
+holds u. The verifier receives the counts and uses q = count / N, which float32 holds exactly
+(N is a power of two and counts are < 2^24), and tail / N / (V - L) for each unlisted token.
 
 So the numbers the drafter sampled from and the numbers the verifier tests against are the
 same integers on any hardware, in any process: that is what keeps a remote proposal lossless.
-Tokens whose count rounds to 0 are dropped from the support (q = 0 for them, and they are
-never drawn). Counts fit in uint16 (at most N = 32768).
+Listed tokens whose count rounds to 0 join the unlisted ones (drawn only through the tail,
+with its share). Counts fit in uint16 (at most N = 32768).
 """
 
 import torch
 
 PROPOSAL_BITS = 15
 PROPOSAL_TOTAL = 1 << PROPOSAL_BITS  # N: counts of one position sum to exactly this
+MAX_LISTED = 254  # tokens one proposal lists (the wire's width byte holds S + 1)
 
 
 def quantize_counts(probs: torch.Tensor) -> torch.Tensor:
@@ -40,6 +50,30 @@ def quantize_counts(probs: torch.Tensor) -> torch.Tensor:
     if bool((counts.sum(dim=-1) != PROPOSAL_TOTAL).any()):
         raise ValueError("probabilities could not be quantised (non-finite or all zero)")
     return counts
+
+
+def quantize_with_tail(
+    probs: torch.Tensor,  # [R, S] the top-S probabilities (not renormalised)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> counts [R, S] int64 and tail counts [R] int64 (the mass outside the S tokens),
+    together summing to PROPOSAL_TOTAL per row."""
+    tail = (1.0 - probs.double().sum(dim=-1, keepdim=True)).clamp(min=0.0)  # [R, 1]
+    counts = quantize_counts(torch.cat([probs.double().clamp(min=0.0), tail], dim=-1))
+    return counts[:, :-1], counts[:, -1]
+
+
+def unlisted_token(listed: list[int], vocab_size: int, word: int) -> int:
+    """The uniformly random token outside `listed` (distinct ids) picked by the 64-bit random
+    `word`: index (word * n) >> 64 among the n = V - L unlisted tokens in id order (a bias of
+    at most n / 2^64)."""
+    num_unlisted = vocab_size - len(listed)
+    if num_unlisted <= 0:
+        raise ValueError("every token is listed: no tail to draw from")
+    token = (word * num_unlisted) >> 64
+    for listed_id in sorted(listed):  # the index-th unlisted id: skip the listed ones below it
+        if listed_id <= token:
+            token += 1
+    return token
 
 
 def sample_from_counts(counts: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:

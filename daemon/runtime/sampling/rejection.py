@@ -11,16 +11,20 @@ Greedy rows accept while draft == argmax p and emit argmax p.
 Proposal convention (q, per sequence b and position j):
   * draft_sparse_ids / draft_sparse_probs is None: every q is a point mass on the draft token
     (greedy draft, n-gram lookup).
-  * otherwise q = sum_s probs[b, j, s] * onehot(ids[b, j, s]). Padding entries have prob 0 (any
-    in-range id). Ids with a non-zero prob must be unique within a position.
-  * a position whose sparse probs are ALL zero is a point mass on draft_token_ids[b, j]; that is
-    how greedy and sampled drafts share one batch.
+  * otherwise q = sum_s probs[b, j, s] * onehot(ids[b, j, s]) on the L listed tokens (those
+    with a non-zero prob; their ids must be unique within a position), and
+    tail[b, j] / (V - L) on each of the other V - L tokens (draft_sparse_tail None: no tail).
+    Padding entries have prob 0 (any in-range id).
+  * a position whose sparse probs and tail are ALL zero is a point mass on
+    draft_token_ids[b, j]; that is how greedy and sampled drafts share one batch.
 Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
 position j, and one float64 `emit_uniform[b]` for the token emitted after the accepted prefix,
 drawn by the inverse CDF of its distribution (`inverse_cdf.py`): one number per sequence
 whatever the vocabulary size, used once, at whichever position the sequence stops.
 A batch of greedy rows only reads the target's argmax.
 """
+
+from dataclasses import dataclass
 
 import torch
 
@@ -39,13 +43,17 @@ def rejection_sample(
     is_greedy: torch.Tensor,  # [B] bool
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
+    draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns output_token_ids [B, K+1] int64 (accepted drafts, then the correction or bonus
     token, PLACEHOLDER_TOKEN_ID after) and num_output_tokens [B] int64 = accepted + 1."""
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, emit_uniform,
+        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
     )  # fmt: skip
+    if draft_sparse_tail is None and draft_sparse_ids is not None:
+        draft_sparse_tail = torch.zeros(draft_token_ids.shape, device=draft_token_ids.device)
+    sparse = _Sparse.of(draft_sparse_ids, draft_sparse_probs, draft_sparse_tail)
     max_k = draft_token_ids.shape[1]
     # [B, K] draft ids usable as indices (placeholders point at token 0, never read)
     drafts = draft_token_ids.clamp(min=0)
@@ -58,7 +66,7 @@ def rejection_sample(
         return _greedy(draft_token_ids, is_real, target_argmax)
     # [B, K]
     p_draft = target_probs[:, :max_k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    q_draft = _proposal_prob_of_draft(drafts, draft_sparse_ids, draft_sparse_probs)
+    q_draft = _proposal_prob_of_draft(drafts, sparse, target_probs.shape[-1])
     # u * q(x) < p(x)  <=>  u < p(x) / q(x): accept with prob min(1, p/q); q <= p always accepts
     # and p(x) == 0 never does.
     accept = uniform * q_draft < p_draft
@@ -70,8 +78,8 @@ def rejection_sample(
     num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)
 
     token = _emitted_token(
-        drafts, num_draft_tokens, num_accepted, draft_sparse_ids, draft_sparse_probs,
-        target_probs, target_argmax, is_greedy, emit_uniform,
+        drafts, num_draft_tokens, num_accepted, sparse, target_probs, target_argmax,
+        is_greedy, emit_uniform,
     )  # fmt: skip
     return _assemble(draft_token_ids, num_accepted, token)
 
@@ -107,27 +115,49 @@ def _assemble(
     return output, num_accepted + 1
 
 
+@dataclass(slots=True)
+class _Sparse:
+    ids: torch.Tensor  # [B, K, S] int64
+    probs: torch.Tensor  # [B, K, S] float32
+    tail: torch.Tensor  # [B, K] float32
+
+    @staticmethod
+    def of(
+        ids: torch.Tensor | None, probs: torch.Tensor | None, tail: torch.Tensor | None
+    ) -> "_Sparse | None":
+        if ids is None or probs is None or tail is None:
+            return None
+        return _Sparse(ids, probs.float(), tail.float())
+
+
+def _tail_each(tail: torch.Tensor, probs: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[...] q of each unlisted token: tail / (V - L), L = the listed (non-zero) entries."""
+    num_listed = (probs > 0).sum(dim=-1)
+    return tail / (vocab_size - num_listed).clamp(min=1).float()
+
+
 def _proposal_prob_of_draft(
     drafts: torch.Tensor,  # [B, K]
-    sparse_ids: torch.Tensor | None,  # [B, K, S]
-    sparse_probs: torch.Tensor | None,  # [B, K, S]
+    sparse: _Sparse | None,
+    vocab_size: int,
 ) -> torch.Tensor:
     """q(x) [B, K] for each draft token x."""
-    if sparse_ids is None or sparse_probs is None:
+    if sparse is None:
         return torch.ones(drafts.shape, dtype=torch.float32, device=drafts.device)
-    # [B, K] q(x) = sum of the sparse probs listed under id x (at most one is non-zero)
-    listed = torch.where(sparse_ids == drafts.unsqueeze(-1), sparse_probs, 0.0).sum(dim=-1)
-    # all-zero sparse probs: point mass on the draft token
-    is_point_mass = (sparse_probs == 0).all(dim=-1)
-    return torch.where(is_point_mass, 1.0, listed)
+    # [B, K, S] the entry listing x (at most one has a non-zero prob)
+    hit = (sparse.ids == drafts.unsqueeze(-1)) & (sparse.probs > 0)
+    listed = torch.where(hit, sparse.probs, 0.0).sum(dim=-1)  # [B, K]
+    q = torch.where(hit.any(dim=-1), listed, _tail_each(sparse.tail, sparse.probs, vocab_size))
+    # all-zero sparse probs and tail: point mass on the draft token
+    is_point_mass = (sparse.probs == 0).all(dim=-1) & (sparse.tail == 0)
+    return torch.where(is_point_mass, 1.0, q)
 
 
 def _emitted_token(
     drafts: torch.Tensor,  # [B, K]
     num_draft: torch.Tensor,  # [B]
     num_accepted: torch.Tensor,  # [B]
-    sparse_ids: torch.Tensor | None,  # [B, K, S]
-    sparse_probs: torch.Tensor | None,  # [B, K, S]
+    sparse: _Sparse | None,
     target_probs: torch.Tensor,  # [B, K+1, V]
     target_argmax: torch.Tensor | None,  # [B, K+1]; None: no greedy row
     is_greedy: torch.Tensor,  # [B]
@@ -137,7 +167,7 @@ def _emitted_token(
     num_seqs = drafts.shape[0]
     # [B, V] the target's distribution at each row's emit position
     p = target_probs[torch.arange(num_seqs, device=drafts.device), num_accepted]
-    q = _dense_proposal_at(drafts, num_draft, num_accepted, sparse_ids, sparse_probs, p.shape[-1])
+    q = _dense_proposal_at(drafts, num_draft, num_accepted, sparse, p.shape[-1])
     # rejected: sample norm(max(0, p - q)); bonus: q == 0 there, so this is p itself.
     residual = (p - q).clamp_(min=0.0)
     # p == q leaves nothing: fall back to p (cannot happen when x ~ q, kept for safety)
@@ -156,8 +186,7 @@ def _dense_proposal_at(
     drafts: torch.Tensor,  # [B, K]
     num_draft: torch.Tensor,  # [B]
     position: torch.Tensor,  # [B]
-    sparse_ids: torch.Tensor | None,  # [B, K, S]
-    sparse_probs: torch.Tensor | None,  # [B, K, S]
+    sparse: _Sparse | None,
     vocab_size: int,
 ) -> torch.Tensor:
     """q [B, V] at each row's `position`, all zero where position == num_draft (bonus)."""
@@ -170,15 +199,19 @@ def _dense_proposal_at(
     at = position.clamp(max=max_k - 1).unsqueeze(-1)  # [B, 1]
     # [B] point-mass weight on the draft token: 1 without sparse data or with all-zero probs
     point_mass = has_draft.float()
-    if sparse_ids is not None and sparse_probs is not None:
-        num_sparse = sparse_ids.shape[-1]
+    if sparse is not None:
+        num_sparse = sparse.ids.shape[-1]
         at_sparse = at.unsqueeze(-1).expand(-1, 1, num_sparse)  # [B, 1, S]
         # [B, S]
-        ids = sparse_ids.gather(1, at_sparse).squeeze(1)
-        probs = sparse_probs.gather(1, at_sparse).squeeze(1).float()
+        ids = sparse.ids.gather(1, at_sparse).squeeze(1)
+        probs = sparse.probs.gather(1, at_sparse).squeeze(1)
         probs = torch.where(has_draft.unsqueeze(-1), probs, 0.0)
-        q.scatter_add_(-1, ids, probs)  # add: zero-prob padding may repeat a listed id
-        point_mass = torch.where((probs == 0).all(dim=-1), point_mass, 0.0)
+        tail = torch.where(has_draft, sparse.tail.gather(1, at).squeeze(1), 0.0)  # [B]
+        q += _tail_each(tail, probs, vocab_size).unsqueeze(-1)  # every token, then listed:
+        listed = torch.zeros_like(q).scatter_add_(-1, ids, probs)  # padding may repeat ids
+        is_listed = torch.zeros_like(q).scatter_add_(-1, ids, (probs > 0).float()) > 0
+        q = torch.where(is_listed, listed, q)
+        point_mass = torch.where((probs == 0).all(dim=-1) & (tail == 0), point_mass, 0.0)
     # [B, V] q += point_mass * onehot(draft)
     q.scatter_add_(-1, drafts.gather(1, at), point_mass.unsqueeze(-1))
     return q
