@@ -83,8 +83,9 @@ def sparse_top_k(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k most likely tokens, renormalised: ids [N, k] int64, probs [N, k] float32.
 
-    This is the draft's proposal distribution as sent over the wire; the draft must sample
-    from exactly this (see `random.sample_sparse`) for the verifier to stay lossless.
+    A proposal with no tail (all its mass on the k tokens): valid for the rejection sampler
+    when the draft samples from exactly this (see `random.sample_sparse`). Draft models send
+    the top tokens with their own probabilities and a tail instead (quantized.py).
     """
     if probs.dim() != 2:
         raise ValueError(f"probs must be [N, V], got shape {tuple(probs.shape)}")
