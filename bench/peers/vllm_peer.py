@@ -6,7 +6,8 @@ JOB.json: {"target": dir, "draft": dir | null, "num_speculative_tokens": K,
 "prompts_token_ids": [[ids]] (optional), "prompts_text": [str] (optional), "max_tokens": N,
 "concurrency": C (1: one request at a time; C > 1: all prompts submitted at once, at most C
 running), "dtype": "float32", "gpu_memory_utilization": 0.3, "kv_cache_gib": 1,
-"max_model_len": L | null, "enforce_eager": true, "warmup_tokens": W}.
+"max_model_len": L | null, "enforce_eager": true, "warmup_tokens": W,
+"enable_prefix_caching": false}.
 Generation is greedy (temperature 0) with ignore_eos, so every request makes exactly N tokens.
 
 OUT.json: {"ok": true, "vllm_version", "load_s", "wall_s", "output_token_ids", "spec_counters":
@@ -49,6 +50,7 @@ def build_llm(job: dict[str, Any]) -> Any:
         max_model_len=job.get("max_model_len"),
         max_num_seqs=max(1, int(job.get("concurrency", 1))),
         enforce_eager=bool(job.get("enforce_eager", True)),
+        enable_prefix_caching=bool(job.get("enable_prefix_caching", False)),
         skip_tokenizer_init=not job.get("prompts_text"),
         disable_log_stats=False,  # keeps the Prometheus spec-decode counters that get_metrics reads
         seed=0,

@@ -43,6 +43,10 @@ class VllmOptions:
     max_model_len: int | None = None  # None: longest prompt + max_tokens + k
     enforce_eager: bool = True  # no torch.compile: minutes of inductor work on 2 cores
     warmup_tokens: int = 8
+    # Off: at concurrency the bench repeats its prompts to fill the batch, and vLLM's automatic
+    # prefix caching would prefill each repeat once (specctl has no prefix cache). Both engines
+    # then compute the same work, as they would for distinct requests.
+    enable_prefix_caching: bool = False
 
 
 def venv_python(venv: Path | None = None) -> Path:
@@ -191,7 +195,8 @@ def run_vllm(
         tokens_per_s=tokens_per_second(num_tokens, output["wall_s"]),
         acceptance_rate=rate,
         mean_acceptance_length=length,
-        note=f"vLLM {output['vllm_version']} CPU, {options.dtype}, {spec}",
+        note=f"vLLM {output['vllm_version']} CPU, {options.dtype}, {spec}"
+        + ("" if options.enable_prefix_caching else ", prefix caching off"),
         load_s=output["load_s"],
         output_token_ids=outputs,
     )

@@ -9,7 +9,7 @@ Per rank of a shard holding `num_layers` decoder layers with tensor parallelism 
                + on the stage that samples: batch x (k + 1) x vocab x 4 bytes x 2 (logits, probs)
     runtime  = a fixed allowance per process (CUDA context and workspaces, or torch on CPU)
 
-step_tokens is the larger of a prefill pass (EngineConfig.max_prefill_tokens) and a verify pass
+step_tokens is the larger of a prefill pass (a GPU's default prefill budget) and a verify pass
 (batch x (k + 1)). Everything is linear in num_layers, which the pipeline split relies on.
 """
 
@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 
 from specctl.config.model_shape import DTYPE_BYTES, ModelShape
 
-MAX_PREFILL_TOKENS = 8192  # daemon.runtime.engine.config.EngineConfig.max_prefill_tokens
+# daemon.runtime.model.batch.GPU_PREFILL_TOKENS (a CPU prefills 512 tokens a pass: there the
+# plan over-counts activations, on the safe side)
+MAX_PREFILL_TOKENS = 8192
 GPU_RUNTIME_BYTES = 1 * 2**30  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 CPU_RUNTIME_BYTES = 2**29  # a Python process with torch and a Ray worker
 LOGIT_BYTES = 4  # logits and probabilities are float32 for sampling

@@ -212,3 +212,27 @@ def test_group_by_length_bounds_padded_tokens() -> None:
     assert groups == [[2, 0, 3], [1], [4]]  # 3 x 40 = 120 fits; 200 goes alone
     for group in groups[:-1]:
         assert len(group) * max(lengths[i] for i in group) <= 120
+
+
+def test_scheduler_packs_slots_low_and_keeps_the_batch_in_slot_order() -> None:
+    """A freed slot is the next one taken (lowest first) and the batch stays sorted by slot,
+    so a full batch's slots are one span of the KV cache (forward_metadata.slot_span)."""
+    from daemon.runtime.engine.request import Request
+    from daemon.runtime.engine.scheduler import Scheduler
+    from daemon.runtime.engine.sequence import Sequence
+
+    def start(scheduler: Scheduler) -> Sequence:
+        request, slot = scheduler.admit()
+        seq = Sequence(request, slot, _checker(), AcceptanceEstimate(4))
+        scheduler.start(seq)
+        return seq
+
+    scheduler = Scheduler(num_slots=4)
+    for i in range(6):
+        scheduler.add(Request(f"r{i}", [1]))
+    seqs = [start(scheduler) for _ in range(4)]
+    assert [s.slot for s in seqs] == [0, 1, 2, 3] and not scheduler.can_admit()
+    seqs[2].finish_reason = seqs[0].finish_reason = FINISH_STOP
+    assert {s.slot for s in scheduler.retire_finished()} == {0, 2}
+    assert [start(scheduler).slot for _ in range(2)] == [0, 2]
+    assert [s.slot for s in scheduler.running] == [0, 1, 2, 3]

@@ -7,8 +7,16 @@ import torch
 
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model import ForwardBatch, LogitsMode, load_model
+from daemon.runtime.model.forward_metadata import build_metadata
 from daemon.runtime.model.llama import LlamaForCausalLM
-from tests.model.helpers import ATOL, assert_step_matches_hf, hf_logits, random_tokens, step
+from tests.model.helpers import (
+    ATOL,
+    TinyFactory,
+    assert_step_matches_hf,
+    hf_logits,
+    random_tokens,
+    step,
+)
 
 
 @pytest.fixture(params=["lean", "hf"])
@@ -118,3 +126,37 @@ def test_token_id_out_of_vocab(llama_dir: Path, backend: str) -> None:
     batch = ForwardBatch(slots=[0], token_ids=[[1, model.vocab_size]], start_positions=[0])
     with pytest.raises(RequestError, match="token id out of range"):
         model.forward(batch)
+
+
+@pytest.mark.parametrize(
+    ("slots", "span", "scattered"),
+    [
+        ([0, 1, 2], (0, 3), False),  # the span is the batch in order: a view, nothing moved
+        ([3, 0, 2], (0, 4), True),  # out of order with an idle slot (1) inside the span
+        ([0, 11], None, False),  # span 12 > 4 x 2 rows: the batch's slots are gathered
+    ],
+)
+def test_every_kv_read_path_matches_hf(
+    tiny_checkpoint: TinyFactory, slots: list[int], span: tuple[int, int] | None, scattered: bool
+) -> None:
+    """Attention reads the slot span as one view (idle span rows computed and dropped) or
+    gathers the batch's slots; grouped-query heads stacked along the query axis (4 heads on 2
+    KV heads). Every path gives transformers' logits, with the idle slot holding stale K/V."""
+    path = tiny_checkpoint("llama", num_heads=4, num_kv_heads=2)
+    model = load_model(path, num_slots=12)
+    generator = torch.Generator().manual_seed(7)
+    sequences: dict[int, list[int]] = {}
+    step(model, {}, {1: random_tokens(generator, 20)}, {1: 0}, LogitsMode.NONE)  # stale slot
+    prompts = {s: random_tokens(generator, 3 + 4 * i) for i, s in enumerate(slots)}
+    logits = step(model, sequences, prompts, dict.fromkeys(slots, 0))
+    assert_step_matches_hf(path, logits, sequences, prompts)
+    chunks = {s: random_tokens(generator, 1 + i) for i, s in enumerate(slots)}
+    batch = ForwardBatch(
+        slots=slots,
+        token_ids=[chunks[s] for s in slots],
+        start_positions=[len(sequences[s]) for s in slots],
+    )
+    meta = build_metadata(batch, model.device)
+    assert meta.slot_span == span and (meta.span_rows is not None) == scattered
+    logits = step(model, sequences, chunks, {s: len(sequences[s]) for s in slots})
+    assert_step_matches_hf(path, logits, sequences, chunks)

@@ -13,7 +13,9 @@ class EngineConfig:
     num_speculative_tokens: int = 4  # k in fixed mode; the ceiling in adaptive mode
     adaptive: bool = False
     draft_sparse_top_k: int = 32  # support of the sampled draft's proposal sent to the verifier
-    max_prefill_tokens: int = 8192  # prompt tokens prefilled together in one padded pass
+    # prompt tokens prefilled together in one padded pass; None: the device's default
+    # (model.batch.prefill_budget: 512 on a CPU, 8192 on a GPU)
+    max_prefill_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -25,3 +27,5 @@ class EngineConfig:
             )
         if self.draft_sparse_top_k < 1:
             raise RequestError(f"draft sparse top-k must be >= 1, got {self.draft_sparse_top_k}")
+        if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
+            raise RequestError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")

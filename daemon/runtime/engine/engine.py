@@ -122,7 +122,7 @@ class SpecEngine:
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()
         self._admitting.clear()
-        self.scheduler.free_slots = list(range(self.scheduler.num_slots - 1, -1, -1))
+        self.scheduler.free_slots = list(range(self.scheduler.num_slots))
         self._request_ids.clear()
         deltas.extend(self._ended_waiting)
         self._ended_waiting.clear()

@@ -3,20 +3,22 @@
 import torch
 
 from daemon.runtime.engine.sequence import Sequence
-from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length, prefill_budget
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 from daemon.runtime.sampling.logits import process_logits
 from daemon.runtime.sampling.random import emit_uniforms
 
 
-def prefill(target: CausalLM, seqs: list[Sequence], max_tokens_per_pass: int) -> None:
+def prefill(target: CausalLM, seqs: list[Sequence], max_tokens_per_pass: int | None) -> None:
     """Fill the target's cache with each prompt and commit the first output token.
 
-    Prompts go in groups of similar length (sorted), so that padding wastes little compute.
+    Prompts go in groups of similar length (sorted), so that padding wastes little compute;
+    `max_tokens_per_pass` padded tokens at most (None: the device's default).
     """
     lengths = [s.num_prompt_tokens for s in seqs]
-    for group in group_by_length(lengths, max_tokens_per_pass):
+    budget = prefill_budget(max_tokens_per_pass, target.device)
+    for group in group_by_length(lengths, budget):
         _prefill_group(target, [seqs[i] for i in group])
 
 

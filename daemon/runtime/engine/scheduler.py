@@ -1,5 +1,7 @@
 """Continuous batching: requests wait, take a free slot when one opens, and leave when done."""
 
+import bisect
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -12,10 +14,10 @@ class Scheduler:
     num_slots: int
     waiting: deque[Request] = field(default_factory=deque)
     running: list[Sequence] = field(default_factory=list)
-    free_slots: list[int] = field(init=False)
+    free_slots: list[int] = field(init=False)  # a min-heap: the lowest free slot goes first
 
     def __post_init__(self) -> None:
-        self.free_slots = list(range(self.num_slots - 1, -1, -1))
+        self.free_slots = list(range(self.num_slots))
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -24,8 +26,9 @@ class Scheduler:
         return bool(self.waiting) and bool(self.free_slots)
 
     def admit(self) -> tuple[Request, int]:
-        """The oldest waiting request and the slot it gets."""
-        return self.waiting.popleft(), self.free_slots.pop()
+        """The oldest waiting request and the lowest free slot: the busy slots stay packed at
+        the bottom, so a batch's slots span few more than it has rows (forward_metadata)."""
+        return self.waiting.popleft(), heapq.heappop(self.free_slots)
 
     def remove_waiting(self, request_id: str) -> Request | None:
         """Take a request that has not started out of the queue (None if it is not there)."""
@@ -39,14 +42,17 @@ class Scheduler:
         return next((s for s in self.running if s.request.request_id == request_id), None)
 
     def start(self, seq: Sequence) -> None:
-        self.running.append(seq)
+        """Join the batch, which is kept in slot order (a packed batch reads the KV cache as
+        one view, forward_metadata)."""
+        bisect.insort(self.running, seq, key=lambda s: s.slot)
 
     def retire_finished(self) -> list[Sequence]:
         """Remove finished sequences from the batch and free their slots."""
         done = [s for s in self.running if s.is_finished]
         if done:
             self.running = [s for s in self.running if not s.is_finished]
-            self.free_slots.extend(s.slot for s in done)
+            for seq in done:
+                heapq.heappush(self.free_slots, seq.slot)
         return done
 
     @property

@@ -12,6 +12,11 @@ from daemon.runtime.model.batch import ForwardBatch
 from daemon.runtime.model.fork_layout import ForkLayout, build_fork_layout
 
 PAD_TOKEN_ID = 0  # fills chunks shorter than T_max; its K/V are never written, its logits unused
+# Attention reads the KV cache of the slot span [min slot, max slot + 1) as one view when the
+# span holds at most this many slots per batch row; the span's idle slots are computed and
+# dropped. Beyond it, the batch's slots are gathered (a copy of every layer's K/V, which on a
+# CPU costs about three times the attention that reads them).
+MAX_SPAN_PER_ROW = 4
 
 
 @dataclass(slots=True)
@@ -25,24 +30,50 @@ class ForwardMetadata:
     write_slots: torch.Tensor  # [N]
     write_positions: torch.Tensor  # [N]
     context_len: int  # L = max(start + T_b): cache positions the batch attends to
-    slot_range: tuple[int, int] | None  # (first, last + 1) when slots are consecutive
+    # (first, stop): attention reads slots first..stop-1 of the cache as a view (R = stop -
+    # first rows); None: it gathers the batch's slots (R = B)
+    slot_span: tuple[int, int] | None
+    # [B] each batch row's row in the span; None when the span is the batch in order
+    span_rows: torch.Tensor | None
     fork: ForkLayout | None = None  # batches with fork rows: writes above are plain rows only
-    _masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
+    _masks: dict[tuple[int | None, int], torch.Tensor] = field(default_factory=dict)
 
-    def mask(self, window: int | None) -> torch.Tensor:
-        """Bool attention mask [B, 1, T, L]: key l is visible to a query at position p iff
-        l <= p (and p - l < window with a sliding window). Cached per window."""
-        if window not in self._masks:
+    def mask(self, window: int | None, group: int = 1) -> torch.Tensor:
+        """Bool attention mask [R, 1, G * T, L] over the attended rows, for queries of `group`
+        (G) heads stacked along the query axis (head-major): key l is visible to a query at
+        position p iff l <= p (and p - l < window with a sliding window); an idle span row sees
+        key 0 only (its output is dropped; a row that sees nothing would be NaN). Cached per
+        window and group."""
+        if (window, group) not in self._masks:
             # [L]
             key_pos = torch.arange(self.context_len, device=self.positions.device)
-            # [B, T, 1]
-            query_pos = self.positions.unsqueeze(-1)
-            # [B, T, L]
+            # [R, T, 1]
+            query_pos = self.to_span(self.positions).unsqueeze(-1)
+            # [R, T, L]
             visible = key_pos <= query_pos
             if window is not None:
                 visible &= key_pos > query_pos - window
-            self._masks[window] = visible.unsqueeze(1)
-        return self._masks[window]
+            rows, chunk, length = visible.shape
+            # [R, 1, G * T, L]
+            self._masks[(window, group)] = (
+                visible.unsqueeze(1)
+                .expand(rows, group, chunk, length)
+                .reshape(rows, 1, group * chunk, length)
+            )
+        return self._masks[(window, group)]
+
+    def to_span(self, rows: torch.Tensor) -> torch.Tensor:
+        """[B, ...] batch rows -> [R, ...] attended rows (zeros at idle span rows)."""
+        if self.span_rows is None:
+            return rows
+        first, stop = self.slot_span  # type: ignore[misc]
+        out = rows.new_zeros((stop - first, *rows.shape[1:]))
+        out[self.span_rows] = rows
+        return out
+
+    def from_span(self, rows: torch.Tensor) -> torch.Tensor:
+        """[R, ...] attended rows -> [B, ...] batch rows."""
+        return rows if self.span_rows is None else rows[self.span_rows]
 
 
 def check_batch(
@@ -115,8 +146,13 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
         real &= is_plain[:, None]
     # [N] each: the real tokens written to the main cache
     rows, write_cols = real.nonzero(as_tuple=True)
-    first = batch.slots[0]
-    consecutive = batch.slots == list(range(first, first + batch.num_seqs))
+    slot_span, span_rows = None, None
+    if fork is None:
+        first, stop = min(batch.slots), max(batch.slots) + 1
+        if stop - first <= MAX_SPAN_PER_ROW * batch.num_seqs:
+            slot_span = (first, stop)
+            if batch.slots != list(range(first, stop)):
+                span_rows = (slots - first).to(device, non_blocking=True)
     tensors = {
         "token_ids": torch.tensor(padded),
         "positions": positions,
@@ -130,6 +166,7 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
     return ForwardMetadata(
         **{name: t.to(device, non_blocking=True) for name, t in tensors.items()},
         context_len=int((starts + lengths).max()),
-        slot_range=(first, first + batch.num_seqs) if consecutive and fork is None else None,
+        slot_span=slot_span,
+        span_rows=span_rows,
         fork=fork,
     )

@@ -74,10 +74,11 @@ class KVCache:
             self.branch_values[layer][slots, :, index] = v[rows, cols]
 
     def read(self, layer: int, meta: ForwardMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of the batch's slots for positions 0..L-1: each [B, H_kv, L, D]."""
+        """K and V for positions 0..L-1 of the attended rows (meta.slot_span): each
+        [R, H_kv, L, D], a view of the span's slots, or a copy of the batch's slots (R = B)."""
         length = meta.context_len
-        if meta.slot_range is not None:  # consecutive slots: a view, no copy
-            start, stop = meta.slot_range
+        if meta.slot_span is not None:
+            start, stop = meta.slot_span
             return (
                 self.keys[layer][start:stop, :, :length],
                 self.values[layer][start:stop, :, :length],

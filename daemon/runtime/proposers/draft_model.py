@@ -20,7 +20,7 @@ import time
 from typing import cast
 
 from daemon.runtime.errors import RequestError
-from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length, prefill_budget
 from daemon.runtime.model.protocol import CausalLM, ForkingCausalLM, supports_forks
 from daemon.runtime.proposers.base import Proposals, ProposeRequest, empty_proposals
 from daemon.runtime.proposers.branch_planner import BranchPlanner, SequencePlan
@@ -43,7 +43,7 @@ class DraftModelProposer:
         self,
         model: CausalLM,
         sparse_top_k: int = 32,
-        max_prefill_tokens: int = 8192,
+        max_prefill_tokens: int | None = None,
         *,
         branch_width: int = DEFAULT_BRANCH_WIDTH,
         max_branches: int = DEFAULT_MAX_BRANCHES,
@@ -55,7 +55,8 @@ class DraftModelProposer:
         draft's alternatives and probabilities at every position); it also turns on by itself
         at the first `prepare`. Off, in-process drafting does no work it never uses."""
         self.model = model
-        self.max_prefill_tokens = max_prefill_tokens  # padded tokens per prefill pass
+        # padded tokens per prefill pass
+        self.max_prefill_tokens = prefill_budget(max_prefill_tokens, model.device)
         # Runners without fork rows (the transformers fallback) prepare the main branch only.
         self._forking = cast(ForkingCausalLM, model) if supports_forks(model) else None
         self.planner = BranchPlanner(

@@ -29,7 +29,7 @@ class DraftServerSpec:
     device: str = "cpu"
     backend: str = "auto"  # "auto" | "lean" | "hf" (hf: no fork rows, main branch only)
     sparse_top_k: int = 32  # support of a sampled draft's proposal
-    max_prefill_tokens: int = 8192
+    max_prefill_tokens: int | None = None  # None: the device's default (prefill_budget)
     branch_width: int = DEFAULT_BRANCH_WIDTH  # guesses considered per position
     max_branches: int = DEFAULT_MAX_BRANCHES  # rows per sequence when preparing
     max_branch_k: int = DEFAULT_MAX_BRANCH_K  # drafts per prepared branch, at most
