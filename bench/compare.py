@@ -47,6 +47,7 @@ class BenchConfig:
     vllm_timeout_s: float = 1800.0
     threads: int | None = None  # torch intra-op threads (and vLLM's OMP threads)
     shape: str = "custom"  # "narrow" | "wide" | "custom": which cost-scaled target this is
+    repeats: int = 3  # measured runs per specctl configuration (the median is reported)
 
 
 @dataclass(slots=True)
@@ -66,6 +67,8 @@ class Row:
 
 
 def from_run(r: RunResult, prompts: str) -> Row:
+    spread = r.repeats_tokens_per_s
+    note = f"median of {len(spread)}: {spread[0]:.1f}-{spread[-1]:.1f}" if len(spread) > 1 else ""
     return Row(
         "specctl",
         r.mode,
@@ -75,6 +78,7 @@ def from_run(r: RunResult, prompts: str) -> Row:
         r.acceptance_rate,
         r.mean_acceptance_length,
         r.num_tokens,
+        note,
     )
 
 
@@ -107,12 +111,13 @@ def specctl_rows(
     for name, prompts in prompt_sets.items():
         for conc in cfg.concurrencies:
             work = prompts if conc == 1 else repeat_to(prompts, conc)
-            group = [bench.run("target-only", work, cfg.max_tokens, conc)]
+            n, r = cfg.max_tokens, cfg.repeats
+            group = [bench.run("target-only", work, n, conc, repeats=r)]
             group += [
-                bench.run(f"spec k={k}", work, cfg.max_tokens, conc, k=k) for k in fixed_ks(cfg)
+                bench.run(f"spec k={k}", work, n, conc, k=k, repeats=r) for k in fixed_ks(cfg)
             ]
             group.append(
-                bench.run("spec adaptive", work, cfg.max_tokens, conc, k=ceiling, adaptive=True)
+                bench.run("spec adaptive", work, n, conc, k=ceiling, adaptive=True, repeats=r)
             )
             rows += [from_run(r, name) for r in group]
             if name == "code":

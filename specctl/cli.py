@@ -269,6 +269,9 @@ def bench_command(
     threads: int | None = typer.Option(
         None, "--threads", help="CPU threads for every engine (torch, and vLLM's OpenMP)."
     ),
+    repeats: int = typer.Option(
+        3, "--repeats", help="Measured runs per specctl configuration; the median is reported."
+    ),
 ) -> None:
     from daemon.runtime.errors import SpecError
     from specctl.commands.bench import default_config, run_bench_command
@@ -279,10 +282,13 @@ def bench_command(
     sweep_ks = _int_list("--ks", sweep, minimum=1)
     if k < 1:
         fail(f"-k/--num-speculative-tokens must be >= 1, got {k}")
+    if repeats < 1:
+        fail(f"--repeats must be >= 1, got {repeats}")
     try:
         cfg = default_config(out_dir, draft)
         cfg.num_prompts, cfg.max_tokens, cfg.k, cfg.peers = num_prompts, max_tokens, k, peers
         cfg.concurrencies, cfg.sweep_ks, cfg.threads = concurrencies, sweep_ks, threads
+        cfg.repeats = repeats
         run_bench_command(cfg, target, cost_ratio, shape)
     except SpecError as exc:
         fail(str(exc))

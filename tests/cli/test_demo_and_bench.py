@@ -56,6 +56,7 @@ def test_bench_writes_report(tmp_path: Path) -> None:
     proc = specctl(
         "bench", "--target", target, "--draft", draft, "--no-peers", "--concurrency", "1,2",
         "--num-prompts", "2", "--max-tokens", "6", "--out", tmp_path, "--threads", "1",
+        "--repeats", "2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "bench.json").read_text())
@@ -65,6 +66,7 @@ def test_bench_writes_report(tmp_path: Path) -> None:
     modes = {(r["mode"], r["concurrency"], r["prompts"]) for r in report["rows"]}
     assert ("target-only", 1, "code") in modes and ("spec adaptive", 2, "prose") in modes
     assert {("spec k=2", 1, "code"), ("spec k=6", 2, "prose")} <= modes  # the fixed-k sweep
+    assert all(r["note"].startswith("median of 2: ") for r in report["rows"])  # no peers here
     assert {(a["prompts"], a["concurrency"]) for a in report["adaptive"]} == {
         ("code", 1),
         ("code", 2),
@@ -94,7 +96,12 @@ def test_bench_wide_shape_builds_and_reports_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args,option",
-    [(["--shape", "tall"], "--shape"), (["--ks", "0"], "--ks"), (["-k", "0"], "-k")],
+    [
+        (["--shape", "tall"], "--shape"),
+        (["--ks", "0"], "--ks"),
+        (["-k", "0"], "-k"),
+        (["--repeats", "0"], "--repeats"),
+    ],
 )
 def test_bench_rejects_bad_options(tmp_path: Path, args: list[str], option: str) -> None:
     proc = specctl("bench", *args, "--out", tmp_path, "--no-peers")

@@ -116,7 +116,23 @@ def test_adaptive_explores_unmeasured_plain_decoding_first() -> None:
     ctl.costs.record_verify(1, 5, 0.02)
     assert ctl.choose([est], [4]) == [0]  # then measure plain decoding once
     ctl.costs.record_verify(1, 1, 0.02)
-    assert ctl.choose([est] * 3, [4] * 3) == [0] * 3  # a new batch size: plain first
+    # A new batch size borrows batch 1's curve (T = 5 costs what T = 1 does): no plain round.
+    assert ctl.choose([est] * 3, [4] * 3) == [4] * 3
+    assert ctl.choose([est] * 8, [4] * 8) == [4] * 8
+
+
+def test_a_new_batch_size_waits_for_nothing_once_plain_cost_has_a_shape() -> None:
+    """Only plain decoding measured nowhere is measured first; a bucket measured at one
+    speculative length borrows plain's share of the cost from a bucket measured at both."""
+    ctl = SpeculationController(ControllerConfig(max_k=4, adaptive=True))
+    est = _trained(ctl, 8)
+    ctl.costs.record_verify(4, 5, 0.02)
+    assert not ctl.costs.knows_plain_cost(16)
+    assert ctl.choose([est] * 16, [4] * 16) == [0] * 16  # nothing to borrow: measure plain
+    ctl.costs.record_verify(4, 1, 0.01)
+    assert ctl.costs.knows_plain_cost(16)
+    ctl.costs.record_verify(16, 5, 0.08)  # batch 16: one speculative length only
+    assert abs((ctl.costs.verify_cost(16, 1) or 0) - 0.04) < 1e-12
 
 
 def test_cost_model_interpolates_lengths() -> None:

@@ -92,7 +92,7 @@ class SpeculationController:
         batch = len(probs)
         if not self.costs.has_any_verify:  # nothing measured yet: speculate, and measure that
             return max(caps, default=0)
-        if not self.costs.has_verify(batch, 1):  # a new batch size: measure plain decoding
+        if not self.costs.knows_plain_cost(batch):  # plain decoding never measured: measure it
             return 0
         plain = self.costs.round_cost(batch, 0)
         assert plain is not None

@@ -69,6 +69,15 @@ class CostModel:
     def has_verify(self, batch_size: int, tokens_per_seq: int) -> bool:
         return tokens_per_seq in self.verify_samples.get(batch_bucket(batch_size), {})
 
+    def knows_plain_cost(self, batch_size: int) -> bool:
+        """Whether plain decoding's cost at this batch size is measured or can be borrowed: a
+        new batch size takes the nearest measured one's curve (its ratio of T = 1 to longer
+        passes), so it does not spend a plain round first. Only before any plain pass was
+        measured next to a longer one is there nothing to borrow."""
+        if self.has_verify(batch_size, 1):
+            return True
+        return any(1 in t and len(t) > 1 for t in self.verify_samples.values())
+
     def draft_cost(self, batch_size: int, num_steps: int) -> float:
         """Seconds to draft `num_steps` tokens per sequence at this batch size (0 before any
         drafting round was measured: optimistic, so that speculation gets tried)."""
