@@ -170,3 +170,31 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
         span_rows=span_rows,
         fork=fork,
     )
+
+
+def static_metadata(
+    token_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, context_len: int
+) -> ForwardMetadata:
+    """A uniform batch's metadata from device tensors alone, with no host work (what a
+    captured CUDA graph replays; see static_pass.py): every row appends T tokens, the whole
+    [B, T] grid is written, attention gathers the batch's slots over `context_len` positions.
+
+    token_ids, positions [B, T]; slots [B]."""
+    batch, chunk = token_ids.shape
+    device = token_ids.device
+    # [N = B * T] each
+    rows = torch.arange(batch, device=device).repeat_interleave(chunk)
+    cols = torch.arange(chunk, device=device).repeat(batch)
+    return ForwardMetadata(
+        token_ids=token_ids,
+        positions=positions,
+        last_index=torch.full((batch,), chunk - 1, device=device),
+        slots=slots,
+        write_rows=rows,
+        write_cols=cols,
+        write_slots=slots[rows],
+        write_positions=positions.reshape(-1),
+        context_len=context_len,
+        slot_span=None,
+        span_rows=None,
+    )

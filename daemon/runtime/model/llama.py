@@ -15,6 +15,7 @@ from daemon.runtime.model.mlp import GatedMLP
 from daemon.runtime.model.rmsnorm import RMSNorm
 from daemon.runtime.model.rotary import RotaryEmbedding
 from daemon.runtime.model.sharding import shard_config
+from daemon.runtime.model.static_pass import StaticPasses
 from daemon.runtime.parallel.group import TensorParallel
 
 
@@ -116,6 +117,8 @@ class LlamaForCausalLM(nn.Module):
                 if not tied:
                     self.lm_head = Linear(config.hidden_size, config.vocab_size, False, dtype=dtype)
         self.rotary = RotaryEmbedding(config, max_model_len, dtype).to(device)
+        # uniform decode/verify passes at static shapes (CUDA graphs); None: every pass eager
+        self.static: StaticPasses | None = None
         self.cache = KVCache(
             num_layers=end - start,
             num_slots=num_slots,
@@ -142,7 +145,31 @@ class LlamaForCausalLM(nn.Module):
             num_branch_slots=self.cache.num_branch_slots,
             branch_len=self.cache.branch_len,
         )
+        if self.static is not None and hidden is None and self.static.accepts(batch):
+            return self.static.forward(batch)
         meta = build_metadata(batch, self.device)
+        x = self._layers(meta, hidden)
+        if not self.is_last:
+            return x
+        if batch.logits_mode is LogitsMode.NONE:
+            return None
+        return self.lm_head_logits(self._final(x, meta, batch.logits_mode is LogitsMode.LAST))
+
+    def static_hidden(self, meta: ForwardMetadata, last_only: bool) -> torch.Tensor:
+        """The whole model up to the final norm over prepared metadata (static_pass.py):
+        [B, T, hidden], or [B, hidden] of each row's last token when `last_only`."""
+        return self._final(self._layers(meta, None), meta, last_only)
+
+    def enable_static_passes(self, *, capture: bool) -> None:
+        """Run uniform decode/verify batches at static shapes (static_pass.py), captured as
+        CUDA graphs when `capture` (a CUDA device only). Whole models without tensor
+        parallelism only: a pipeline stage or a rank of a group keeps the eager path."""
+        if not (self.is_first and self.is_last) or self.tp.size > 1:
+            raise RequestError("static passes need the whole model on one rank")
+        self.static = StaticPasses(self, capture=capture)
+
+    def _layers(self, meta: ForwardMetadata, hidden: torch.Tensor | None) -> torch.Tensor:
+        """Embedding (first stage) and this runner's layers: [B, T, hidden]."""
         cos_sin = self.rotary(meta.positions)
         if self.is_first:
             assert self.embed_tokens is not None
@@ -154,15 +181,15 @@ class LlamaForCausalLM(nn.Module):
             x = hidden
         for layer in self.layers:
             x = layer(x, cos_sin, meta, self.cache)
-        if not self.is_last:
-            return x
-        if batch.logits_mode is LogitsMode.NONE:
-            return None
-        if batch.logits_mode is LogitsMode.LAST:
+        return x
+
+    def _final(self, x: torch.Tensor, meta: ForwardMetadata, last_only: bool) -> torch.Tensor:
+        """The final norm over every position [B, T, hidden], or each row's last [B, hidden]."""
+        if last_only:
             # [B, hidden]
-            x = x[torch.arange(batch.num_seqs, device=x.device), meta.last_index]
+            x = x[torch.arange(x.shape[0], device=x.device), meta.last_index]
         assert self.norm is not None
-        return self.lm_head_logits(self.norm(x))
+        return self.norm(x)
 
     def lm_head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., hidden] -> float32 logits [..., V]."""

@@ -19,6 +19,7 @@ from daemon.runtime.model.sharding import (
     rank_part,
     shard_row_parallel,
 )
+from daemon.runtime.model.static_pass import cuda_graphs_wanted
 from daemon.runtime.model.weights import TensorReader, open_checkpoint
 from daemon.runtime.parallel.group import TensorParallel
 
@@ -179,6 +180,9 @@ def load_lean(
                 progress(done_bytes, total_bytes)
     model.load_state_dict(state, strict=True, assign=True)
     prepack_linears(model)
+    whole = model.is_first and model.is_last and model.tp.size == 1
+    if whole and cuda_graphs_wanted(device):  # the device check: never captured on a CPU
+        model.enable_static_passes(capture=True)
     return model.requires_grad_(False).eval()
 
 

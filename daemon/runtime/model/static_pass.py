@@ -1,0 +1,199 @@
+"""Decode and verify passes at static shapes, replayed from CUDA graphs on a GPU.
+
+Why: at a few tokens per sequence a GPU pass is bound by launching its hundreds of small
+kernels, not by computing them. vLLM and SGLang capture each decode shape once as a CUDA
+graph and replay it with one launch; this module does the same for the lean runner.
+
+A graph replays fixed shapes and fixed memory, so a pass must not depend on host work:
+- the batch is padded up to a power of two; a padding row repeats the last real row (same
+  slot, tokens and positions), so it writes the same K/V values to the same places and its
+  output is dropped;
+- every row appends the same number of tokens T (a decode step T = 1, a verify pass of k
+  drafts T = k + 1); ragged batches (prefill, a draft's catch-up step) run eagerly;
+- attention reads a power-of-two bucket of cache positions (at least MIN_CONTEXT) of the
+  batch's slots, gathered; the mask, built on the device from the positions, hides the keys
+  past each query;
+- the graph ends at the final norm; the LM head (one large matmul) runs eagerly after it, so
+  no graph holds logits.
+The metadata of such a pass is built on the device from three input tensors (token ids,
+positions, slots) that each call copies into the graph's static buffers.
+
+On a CPU the static pass runs eagerly (`capture=False`): tests hold it to the ragged forward
+there. Graphs are captured only on a CUDA device, lazily on a shape's first use, all in one
+memory pool (graphs replay one at a time, in one stream).
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode
+from daemon.runtime.model.forward_metadata import ForwardMetadata, static_metadata
+
+CUDA_GRAPHS_ENV = "SPECCTL_CUDA_GRAPHS"  # "0": every pass eager on a GPU too
+MIN_CONTEXT = 256  # smallest bucket of attended cache positions
+DEFAULT_MAX_CHUNK = 16  # tokens per row up to which uniform passes are static (k <= 15)
+MAX_GRAPHS = 256  # shapes captured at most; past it, new shapes run eagerly
+WARMUP_RUNS = 2  # eager runs of a shape on a side stream before its capture
+
+
+@dataclass(frozen=True, slots=True)
+class StaticShape:
+    batch: int  # rows, padded to a power of two
+    chunk: int  # tokens appended per row (T)
+    context: int  # cache positions attention reads (L bucket)
+    last_only: bool  # LogitsMode.LAST: the graph returns each row's last hidden state
+
+
+@dataclass(slots=True)
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    token_ids: torch.Tensor  # [B, T] static input
+    positions: torch.Tensor  # [B, T] static input
+    slots: torch.Tensor  # [B] static input
+    hidden: torch.Tensor  # [B, T, hidden] or [B, hidden]: the graph's output
+
+
+def cuda_graphs_wanted(device: torch.device) -> bool:
+    """Graphs are captured on a CUDA device unless SPECCTL_CUDA_GRAPHS=0."""
+    return device.type == "cuda" and os.environ.get(CUDA_GRAPHS_ENV, "1") != "0"
+
+
+def bucket_up(value: int, floor: int, ceiling: int) -> int:
+    """The smallest power of two >= max(value, floor), capped at `ceiling` (>= value)."""
+    size = 1
+    while size < max(value, floor):
+        size *= 2
+    return min(size, ceiling)
+
+
+class StaticPasses:
+    """Runs a model's uniform decode/verify batches at static shapes (see the module doc)."""
+
+    def __init__(
+        self, model: "StaticModel", *, capture: bool, max_chunk: int = DEFAULT_MAX_CHUNK
+    ) -> None:
+        if capture and model.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, the model is on {model.device}")
+        self.model = model
+        self.capture = capture
+        self.max_chunk = max_chunk
+        self.graphs: dict[StaticShape, _Captured] = {}
+        self.pool = torch.cuda.graph_pool_handle() if capture else None
+
+    def accepts(self, batch: ForwardBatch) -> bool:
+        """A uniform batch without fork rows that wants logits."""
+        if batch.has_forks or batch.logits_mode is LogitsMode.NONE:
+            return False
+        chunk = len(batch.token_ids[0])
+        return chunk <= self.max_chunk and all(len(c) == chunk for c in batch.token_ids)
+
+    def shape_of(self, batch: ForwardBatch) -> StaticShape:
+        chunk = len(batch.token_ids[0])
+        longest = max(batch.start_positions) + chunk
+        model = self.model
+        return StaticShape(
+            batch=bucket_up(batch.num_seqs, 1, max(model.num_slots, batch.num_seqs)),
+            chunk=chunk,
+            context=bucket_up(longest, MIN_CONTEXT, model.max_model_len),
+            last_only=batch.logits_mode is LogitsMode.LAST,
+        )
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Float32 logits as `batch.logits_mode` asks: [B, T, V] or [B, V]."""
+        shape = self.shape_of(batch)
+        token_ids, positions, slots = self._inputs(batch, shape.batch)
+        if not self.capture:
+            hidden = self._hidden(shape, token_ids, positions, slots)
+        else:
+            hidden = self._replay(shape, token_ids, positions, slots)
+        return self.model.lm_head_logits(hidden[: batch.num_seqs])
+
+    # -- internals --------------------------------------------------------------------------
+    def _inputs(
+        self, batch: ForwardBatch, padded: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token ids [B_pad, T], positions [B_pad, T], slots [B_pad] on the model's device;
+        padding rows repeat the last real row."""
+        extra = padded - batch.num_seqs
+        chunks = batch.token_ids + [batch.token_ids[-1]] * extra
+        starts = batch.start_positions + [batch.start_positions[-1]] * extra
+        slots = batch.slots + [batch.slots[-1]] * extra
+        device = self.model.device
+        chunk = len(chunks[0])
+        # [B_pad, T]
+        positions = torch.tensor(starts)[:, None] + torch.arange(chunk)[None, :]
+        return (
+            torch.tensor(chunks).to(device, non_blocking=True),
+            positions.to(device, non_blocking=True),
+            torch.tensor(slots).to(device, non_blocking=True),
+        )
+
+    def _hidden(
+        self,
+        shape: StaticShape,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> torch.Tensor:
+        meta = static_metadata(token_ids, positions, slots, shape.context)
+        return self.model.static_hidden(meta, shape.last_only)
+
+    def _replay(
+        self,
+        shape: StaticShape,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> torch.Tensor:
+        captured = self.graphs.get(shape)
+        if captured is None:
+            if len(self.graphs) >= MAX_GRAPHS:
+                return self._hidden(shape, token_ids, positions, slots)
+            # The warm-up runs are this very pass (its K/V writes are the pass's own, written
+            # again by the replay below with the same values).
+            captured = self._capture(shape, token_ids, positions, slots)
+            self.graphs[shape] = captured
+        captured.token_ids.copy_(token_ids)
+        captured.positions.copy_(positions)
+        captured.slots.copy_(slots)
+        captured.graph.replay()
+        return captured.hidden.clone()  # the next replay of this shape overwrites its output
+
+    def _capture(
+        self,
+        shape: StaticShape,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> _Captured:
+        static = (token_ids.clone(), positions.clone(), slots.clone())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_RUNS):
+                self._hidden(shape, *static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            hidden = self._hidden(shape, *static)
+        return _Captured(graph, *static, hidden)
+
+
+class StaticModel(Protocol):
+    """What StaticPasses needs of a model (LlamaForCausalLM provides it)."""
+
+    num_slots: int
+    max_model_len: int
+    device: torch.device
+
+    def static_hidden(self, meta: ForwardMetadata, last_only: bool) -> torch.Tensor:
+        """The layers and the final norm over `meta`: [B, T, hidden], or [B, hidden] of each
+        row's last token when `last_only`."""
+        ...
+
+    def lm_head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., hidden] -> float32 logits [..., V]."""
+        ...

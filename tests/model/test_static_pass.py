@@ -1,0 +1,116 @@
+"""Static-shape decode/verify passes (the shapes CUDA graphs replay) against the ragged forward.
+
+On a CPU the static pass runs eagerly: the same code a graph captures on a GPU, so what is
+checked here (padding rows, gathered context buckets, device-built metadata, K/V writes) is
+what a graph replays. The capture itself runs only where a CUDA device is.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from daemon.runtime.errors import RequestError
+from daemon.runtime.model import ForwardBatch, LogitsMode, load_model
+from daemon.runtime.model.batch import NO_FORK
+from daemon.runtime.model.llama import LlamaForCausalLM
+from daemon.runtime.model.static_pass import StaticPasses, bucket_up
+from tests.model.helpers import ATOL, TinyFactory, random_tokens, step
+
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("llama", {}),
+    "mistral-window": ("mistral", {"sliding_window": 5}),
+}
+PROMPTS = {5: 9, 1: 3, 6: 250}  # slot -> prompt length; slot 6 crosses the 256-position bucket
+
+
+def _pair(path: Path, device: str = "cpu") -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    """The same checkpoint twice: eager, and with static passes (captured on CUDA)."""
+    eager = load_model(path, num_slots=8, device=device, backend="lean")
+    static = load_model(path, num_slots=8, device=device, backend="lean")
+    assert isinstance(eager, LlamaForCausalLM) and isinstance(static, LlamaForCausalLM)
+    eager.static = None
+    static.enable_static_passes(capture=device == "cuda")
+    return eager, static
+
+
+def _rounds(eager: LlamaForCausalLM, static: LlamaForCausalLM, seed: int) -> None:
+    """Prefill (ragged: eager in both), then decode, verify and rollback rounds (uniform:
+    static in one), comparing logits and every slot's cache."""
+    generator = torch.Generator().manual_seed(seed)
+    seq_eager: dict[int, list[int]] = {}
+    seq_static: dict[int, list[int]] = {}
+    prompts = {s: random_tokens(generator, n) for s, n in PROMPTS.items()}
+    assert static.static is not None
+    captured = len(static.static.graphs)
+    for model, seqs in ((eager, seq_eager), (static, seq_static)):
+        step(model, seqs, prompts, dict.fromkeys(prompts, 0), LogitsMode.NONE)
+    assert len(static.static.graphs) == captured  # a prefill is ragged: eager
+    # (tokens per row, tokens kept before it per slot: a rollback keeps fewer), logits mode
+    rounds = [(1, 0, LogitsMode.LAST), (5, 0, LogitsMode.ALL), (9, -3, LogitsMode.ALL)]
+    rounds += [(3, -7, LogitsMode.LAST), (1, 0, LogitsMode.ALL)]
+    for chunk, keep, mode in rounds:
+        for slots in ([5, 1, 6], [6, 1]):  # 3 rows pad to 4; 2 rows in reverse slot order
+            chunks = {s: random_tokens(generator, chunk) for s in slots}
+            starts = {s: len(seq_eager[s]) + keep for s in slots}
+            expected = step(eager, seq_eager, chunks, starts, mode)
+            got = step(static, seq_static, chunks, starts, mode)
+            assert expected is not None and got is not None
+            assert got.shape == expected.shape
+            torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+    for layer in range(len(eager.cache.keys)):  # every slot's K/V, written or not
+        torch.testing.assert_close(static.cache.keys[layer], eager.cache.keys[layer])
+        torch.testing.assert_close(static.cache.values[layer], eager.cache.values[layer])
+    assert not static.cache.keys[0][[0, 2, 3, 4, 7]].any()  # padding wrote no other slot
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_static_passes_match_the_ragged_forward(tiny_checkpoint: TinyFactory, case: str) -> None:
+    arch, overrides = CASES[case]
+    _rounds(*_pair(tiny_checkpoint(arch, **overrides)), seed=7)
+
+
+def test_only_uniform_batches_that_want_logits_take_the_static_pass(llama_dir: Path) -> None:
+    _, model = _pair(llama_dir)
+    static = model.static
+    assert static is not None
+
+    def batch(chunks: list[list[int]], **kwargs: Any) -> ForwardBatch:
+        return ForwardBatch(slots=[0, 1][: len(chunks)], token_ids=chunks,
+                            start_positions=[0] * len(chunks), **kwargs)  # fmt: skip
+
+    assert static.accepts(batch([[1, 2], [3, 4]]))
+    assert static.accepts(batch([[1, 2], [3, 4]], logits_mode=LogitsMode.LAST))
+    assert not static.accepts(batch([[1, 2], [3]]))  # ragged: a prefill, a draft catch-up
+    assert not static.accepts(batch([[1, 2], [3, 4]], logits_mode=LogitsMode.NONE))
+    assert not static.accepts(batch([list(range(17))]))  # longer than DEFAULT_MAX_CHUNK
+    fork = ForwardBatch(slots=[0, 0], token_ids=[[1], [2]], start_positions=[3, 3],
+                        fork_parents=[NO_FORK, 0], fork_positions=[0, 2])  # fmt: skip
+    assert not static.accepts(fork)
+    shape = static.shape_of(ForwardBatch(slots=[4, 2, 0], token_ids=[[1, 2, 3]] * 3,
+                                         start_positions=[300, 2, 7]))  # fmt: skip
+    assert (shape.batch, shape.chunk, shape.context) == (4, 3, 512)
+    assert [bucket_up(n, 256, 512) for n in (1, 256, 257, 512)] == [256, 256, 512, 512]
+
+
+def test_graphs_are_never_captured_off_a_gpu(llama_dir: Path) -> None:
+    model = load_model(llama_dir, num_slots=2)
+    assert isinstance(model, LlamaForCausalLM) and model.static is None  # the loader's check
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        StaticPasses(model, capture=True)
+    stage = load_model(llama_dir, num_slots=2, layers=(0, 1))
+    assert isinstance(stage, LlamaForCausalLM)
+    with pytest.raises(RequestError, match="whole model"):
+        stage.enable_static_passes(capture=False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graphs_replay_the_eager_passes(llama_dir: Path) -> None:
+    eager, graphed = _pair(llama_dir, device="cuda")
+    _rounds(eager, graphed, seed=11)
+    assert graphed.static is not None
+    shapes = set(graphed.static.graphs)
+    assert shapes and all(s.batch in (2, 4) for s in shapes)
+    _rounds(eager, graphed, seed=12)  # the same shapes again: replayed, none captured anew
+    assert set(graphed.static.graphs) == shapes
