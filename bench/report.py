@@ -52,6 +52,12 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         f"expected speedup (1-a^(k+1))/(1-a) / round cost = {b['speedup_bound']:.2f}x; "
         f"measured {b['measured_speedup']:.2f}x; efficiency {b['efficiency']:.2f}"
     )
+    if "measured_decode_speedup" in b:
+        console.print(
+            f"  decoding alone (the runs' wall time less their prefill, "
+            f"{100 * b['prefill_share']:.0f}% of the speculative run): measured "
+            f"{b['measured_decode_speedup']:.2f}x; efficiency {b['decode_efficiency']:.2f}"
+        )
     console.print(f"greedy outputs identical to target-only at batch 1: {report['lossless']}")
     _print_adaptive(report.get("adaptive", []), console)
     for batch, points in report.get("forward_curve", {}).items():

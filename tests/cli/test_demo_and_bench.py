@@ -76,7 +76,10 @@ def test_bench_writes_report(tmp_path: Path) -> None:
     assert [p["t"] for p in report["forward_curve"]["1"]] == list(range(1, 10))
     assert report["lossless"] is True
     assert report["bound"]["speedup_bound"] > 0
+    bound = report["bound"]
+    assert bound["measured_decode_speedup"] > 0 and 0 < bound["prefill_share"] < 1
     assert "analytic bound" in proc.stdout and "adaptive k against the best fixed k" in proc.stdout
+    assert "decoding alone" in proc.stdout
 
 
 def test_bench_wide_shape_builds_and_reports_it(tmp_path: Path) -> None:
