@@ -155,6 +155,11 @@ class LlamaForCausalLM(nn.Module):
             return None
         return self.lm_head_logits(self._final(x, meta, batch.logits_mode is LogitsMode.LAST))
 
+    @property
+    def is_whole(self) -> bool:
+        """The whole model on one rank: neither a pipeline stage nor a tensor-parallel rank."""
+        return self.is_first and self.is_last and self.tp.size == 1
+
     def static_hidden(self, meta: ForwardMetadata, last_only: bool) -> torch.Tensor:
         """The whole model up to the final norm over prepared metadata (static_pass.py):
         [B, T, hidden], or [B, hidden] of each row's last token when `last_only`."""
@@ -164,7 +169,7 @@ class LlamaForCausalLM(nn.Module):
         """Run uniform decode/verify batches at static shapes (static_pass.py), captured as
         CUDA graphs when `capture` (a CUDA device only). Whole models without tensor
         parallelism only: a pipeline stage or a rank of a group keeps the eager path."""
-        if not (self.is_first and self.is_last) or self.tp.size > 1:
+        if not self.is_whole:
             raise RequestError("static passes need the whole model on one rank")
         self.static = StaticPasses(self, capture=capture)
 

@@ -180,8 +180,7 @@ def load_lean(
                 progress(done_bytes, total_bytes)
     model.load_state_dict(state, strict=True, assign=True)
     prepack_linears(model)
-    whole = model.is_first and model.is_last and model.tp.size == 1
-    if whole and cuda_graphs_wanted(device):  # the device check: never captured on a CPU
+    if model.is_whole and cuda_graphs_wanted(device):  # the device check: never on a CPU
         model.enable_static_passes(capture=True)
     return model.requires_grad_(False).eval()
 

@@ -48,11 +48,26 @@ class StaticShape:
 
 
 @dataclass(slots=True)
+class StaticInputs:
+    """A static pass's only inputs, on the model's device."""
+
+    token_ids: torch.Tensor  # [B, T]
+    positions: torch.Tensor  # [B, T]
+    slots: torch.Tensor  # [B]
+
+    def clone(self) -> "StaticInputs":
+        return StaticInputs(self.token_ids.clone(), self.positions.clone(), self.slots.clone())
+
+    def copy_(self, other: "StaticInputs") -> None:
+        self.token_ids.copy_(other.token_ids)
+        self.positions.copy_(other.positions)
+        self.slots.copy_(other.slots)
+
+
+@dataclass(slots=True)
 class _Captured:
     graph: torch.cuda.CUDAGraph
-    token_ids: torch.Tensor  # [B, T] static input
-    positions: torch.Tensor  # [B, T] static input
-    slots: torch.Tensor  # [B] static input
+    inputs: StaticInputs  # the graph's static input buffers
     hidden: torch.Tensor  # [B, T, hidden] or [B, hidden]: the graph's output
 
 
@@ -104,19 +119,13 @@ class StaticPasses:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Float32 logits as `batch.logits_mode` asks: [B, T, V] or [B, V]."""
         shape = self.shape_of(batch)
-        token_ids, positions, slots = self._inputs(batch, shape.batch)
-        if not self.capture:
-            hidden = self._hidden(shape, token_ids, positions, slots)
-        else:
-            hidden = self._replay(shape, token_ids, positions, slots)
+        inputs = self._inputs(batch, shape.batch)
+        hidden = self._replay(shape, inputs) if self.capture else self._hidden(shape, inputs)
         return self.model.lm_head_logits(hidden[: batch.num_seqs])
 
     # -- internals --------------------------------------------------------------------------
-    def _inputs(
-        self, batch: ForwardBatch, padded: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Token ids [B_pad, T], positions [B_pad, T], slots [B_pad] on the model's device;
-        padding rows repeat the last real row."""
+    def _inputs(self, batch: ForwardBatch, padded: int) -> StaticInputs:
+        """The batch padded to `padded` rows: padding rows repeat the last real row."""
         extra = padded - batch.num_seqs
         chunks = batch.token_ids + [batch.token_ids[-1]] * extra
         starts = batch.start_positions + [batch.start_positions[-1]] * extra
@@ -125,61 +134,41 @@ class StaticPasses:
         chunk = len(chunks[0])
         # [B_pad, T]
         positions = torch.tensor(starts)[:, None] + torch.arange(chunk)[None, :]
-        return (
+        return StaticInputs(
             torch.tensor(chunks).to(device, non_blocking=True),
             positions.to(device, non_blocking=True),
             torch.tensor(slots).to(device, non_blocking=True),
         )
 
-    def _hidden(
-        self,
-        shape: StaticShape,
-        token_ids: torch.Tensor,
-        positions: torch.Tensor,
-        slots: torch.Tensor,
-    ) -> torch.Tensor:
-        meta = static_metadata(token_ids, positions, slots, shape.context)
+    def _hidden(self, shape: StaticShape, inputs: StaticInputs) -> torch.Tensor:
+        meta = static_metadata(inputs.token_ids, inputs.positions, inputs.slots, shape.context)
         return self.model.static_hidden(meta, shape.last_only)
 
-    def _replay(
-        self,
-        shape: StaticShape,
-        token_ids: torch.Tensor,
-        positions: torch.Tensor,
-        slots: torch.Tensor,
-    ) -> torch.Tensor:
+    def _replay(self, shape: StaticShape, inputs: StaticInputs) -> torch.Tensor:
         captured = self.graphs.get(shape)
         if captured is None:
             if len(self.graphs) >= MAX_GRAPHS:
-                return self._hidden(shape, token_ids, positions, slots)
+                return self._hidden(shape, inputs)
             # The warm-up runs are this very pass (its K/V writes are the pass's own, written
             # again by the replay below with the same values).
-            captured = self._capture(shape, token_ids, positions, slots)
+            captured = self._capture(shape, inputs)
             self.graphs[shape] = captured
-        captured.token_ids.copy_(token_ids)
-        captured.positions.copy_(positions)
-        captured.slots.copy_(slots)
+        captured.inputs.copy_(inputs)
         captured.graph.replay()
         return captured.hidden.clone()  # the next replay of this shape overwrites its output
 
-    def _capture(
-        self,
-        shape: StaticShape,
-        token_ids: torch.Tensor,
-        positions: torch.Tensor,
-        slots: torch.Tensor,
-    ) -> _Captured:
-        static = (token_ids.clone(), positions.clone(), slots.clone())
+    def _capture(self, shape: StaticShape, inputs: StaticInputs) -> _Captured:
+        static = inputs.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARMUP_RUNS):
-                self._hidden(shape, *static)
+                self._hidden(shape, static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            hidden = self._hidden(shape, *static)
-        return _Captured(graph, *static, hidden)
+            hidden = self._hidden(shape, static)
+        return _Captured(graph, static, hidden)
 
 
 class StaticModel(Protocol):
