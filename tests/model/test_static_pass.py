@@ -36,8 +36,9 @@ def _pair(path: Path, device: str = "cpu") -> tuple[LlamaForCausalLM, LlamaForCa
 
 
 def _rounds(eager: LlamaForCausalLM, static: LlamaForCausalLM, seed: int) -> None:
-    """Prefill (ragged: eager in both), then decode, verify and rollback rounds (uniform:
-    static in one), comparing logits and every slot's cache."""
+    """Prefill (long chunks: eager in both), then decode, verify, rollback and ragged rounds
+    (static in one), comparing logits at every real position and every slot's cache up to its
+    sequence's length."""
     generator = torch.Generator().manual_seed(seed)
     seq_eager: dict[int, list[int]] = {}
     seq_static: dict[int, list[int]] = {}
@@ -46,22 +47,34 @@ def _rounds(eager: LlamaForCausalLM, static: LlamaForCausalLM, seed: int) -> Non
     captured = len(static.static.graphs)
     for model, seqs in ((eager, seq_eager), (static, seq_static)):
         step(model, seqs, prompts, dict.fromkeys(prompts, 0), LogitsMode.NONE)
-    assert len(static.static.graphs) == captured  # a prefill is ragged: eager
-    # (tokens per row, tokens kept before it per slot: a rollback keeps fewer), logits mode
-    rounds = [(1, 0, LogitsMode.LAST), (5, 0, LogitsMode.ALL), (9, -3, LogitsMode.ALL)]
-    rounds += [(3, -7, LogitsMode.LAST), (1, 0, LogitsMode.ALL)]
-    for chunk, keep, mode in rounds:
+    assert len(static.static.graphs) == captured  # a prefill wants no logits: eager
+    # (tokens per row of slots 5, 1, 6; tokens kept before it: a rollback keeps fewer), mode;
+    # unequal lengths are a verify with rows drafting different k, or a drafter's catch-up
+    rounds = [((1, 1, 1), 0, LogitsMode.LAST), ((5, 5, 5), 0, LogitsMode.ALL)]
+    rounds += [((9, 9, 9), -3, LogitsMode.ALL), ((3, 1, 5), 0, LogitsMode.LAST)]
+    rounds += [((1, 4, 2), -2, LogitsMode.ALL), ((3, 3, 3), -7, LogitsMode.LAST)]
+    rounds += [((1, 1, 1), 0, LogitsMode.ALL)]
+    for lengths, keep, mode in rounds:
         for slots in ([5, 1, 6], [6, 1]):  # 3 rows pad to 4; 2 rows in reverse slot order
-            chunks = {s: random_tokens(generator, chunk) for s in slots}
+            sizes = lengths[: len(slots)]  # [6, 1] takes the first two lengths
+            chunks = {s: random_tokens(generator, n) for s, n in zip(slots, sizes, strict=True)}
             starts = {s: len(seq_eager[s]) + keep for s in slots}
             expected = step(eager, seq_eager, chunks, starts, mode)
             got = step(static, seq_static, chunks, starts, mode)
             assert expected is not None and got is not None
             assert got.shape == expected.shape
-            torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
-    for layer in range(len(eager.cache.keys)):  # every slot's K/V, written or not
-        torch.testing.assert_close(static.cache.keys[layer], eager.cache.keys[layer])
-        torch.testing.assert_close(static.cache.values[layer], eager.cache.values[layer])
+            if mode is LogitsMode.LAST:
+                torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+            for b, slot in enumerate(slots):  # ALL: a short chunk's padded positions are garbage
+                real = len(chunks[slot])
+                torch.testing.assert_close(got[b, :real], expected[b, :real], atol=ATOL, rtol=0)
+    assert seq_static == seq_eager
+    for layer in range(len(eager.cache.keys)):
+        for slot, tokens in seq_eager.items():  # past a sequence's end: padding's K/V, unread
+            for cache in ("keys", "values"):
+                mine = getattr(static.cache, cache)[layer][slot, :, : len(tokens)]
+                theirs = getattr(eager.cache, cache)[layer][slot, :, : len(tokens)]
+                torch.testing.assert_close(mine, theirs)
     assert not static.cache.keys[0][[0, 2, 3, 4, 7]].any()  # padding wrote no other slot
 
 
@@ -71,7 +84,7 @@ def test_static_passes_match_the_ragged_forward(tiny_checkpoint: TinyFactory, ca
     _rounds(*_pair(tiny_checkpoint(arch, **overrides)), seed=7)
 
 
-def test_only_uniform_batches_that_want_logits_take_the_static_pass(llama_dir: Path) -> None:
+def test_only_short_chunks_that_want_logits_take_the_static_pass(llama_dir: Path) -> None:
     _, model = _pair(llama_dir)
     static = model.static
     assert static is not None
@@ -82,9 +95,11 @@ def test_only_uniform_batches_that_want_logits_take_the_static_pass(llama_dir: P
 
     assert static.accepts(batch([[1, 2], [3, 4]]))
     assert static.accepts(batch([[1, 2], [3, 4]], logits_mode=LogitsMode.LAST))
-    assert not static.accepts(batch([[1, 2], [3]]))  # ragged: a prefill, a draft catch-up
+    assert static.accepts(batch([[1, 2], [3]]))  # padded to 2 tokens a row
     assert not static.accepts(batch([[1, 2], [3, 4]], logits_mode=LogitsMode.NONE))
     assert not static.accepts(batch([list(range(17))]))  # longer than DEFAULT_MAX_CHUNK
+    near_end = ForwardBatch(slots=[0, 1], token_ids=[[1], [2, 3, 4]], start_positions=[510, 0])
+    assert not static.accepts(near_end)  # row 0 padded to 3 tokens would pass max_model_len 512
     fork = ForwardBatch(slots=[0, 0], token_ids=[[1], [2]], start_positions=[3, 3],
                         fork_parents=[NO_FORK, 0], fork_positions=[0, 2])  # fmt: skip
     assert not static.accepts(fork)

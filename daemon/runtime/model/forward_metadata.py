@@ -173,13 +173,19 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
 
 
 def static_metadata(
-    token_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, context_len: int
+    token_ids: torch.Tensor,
+    positions: torch.Tensor,
+    slots: torch.Tensor,
+    last_index: torch.Tensor,
+    *,
+    context_len: int,
 ) -> ForwardMetadata:
-    """A uniform batch's metadata from device tensors alone, with no host work (what a
-    captured CUDA graph replays; see static_pass.py): every row appends T tokens, the whole
-    [B, T] grid is written, attention gathers the batch's slots over `context_len` positions.
+    """A padded batch's metadata from device tensors alone, with no host work (what a
+    captured CUDA graph replays; see static_pass.py): every row appends T tokens (padding
+    included), the whole [B, T] grid is written, attention gathers the batch's slots over
+    `context_len` positions.
 
-    token_ids, positions [B, T]; slots [B]."""
+    token_ids, positions [B, T]; slots, last_index [B]."""
     batch, chunk = token_ids.shape
     device = token_ids.device
     # [N = B * T] each
@@ -188,7 +194,7 @@ def static_metadata(
     return ForwardMetadata(
         token_ids=token_ids,
         positions=positions,
-        last_index=torch.full((batch,), chunk - 1, device=device),
+        last_index=last_index,
         slots=slots,
         write_rows=rows,
         write_cols=cols,

@@ -117,7 +117,7 @@ class LlamaForCausalLM(nn.Module):
                 if not tied:
                     self.lm_head = Linear(config.hidden_size, config.vocab_size, False, dtype=dtype)
         self.rotary = RotaryEmbedding(config, max_model_len, dtype).to(device)
-        # uniform decode/verify passes at static shapes (CUDA graphs); None: every pass eager
+        # decode/verify passes at static shapes (CUDA graphs); None: every pass eager
         self.static: StaticPasses | None = None
         self.cache = KVCache(
             num_layers=end - start,
@@ -166,7 +166,7 @@ class LlamaForCausalLM(nn.Module):
         return self._final(self._layers(meta, None), meta, last_only)
 
     def enable_static_passes(self, *, capture: bool) -> None:
-        """Run uniform decode/verify batches at static shapes (static_pass.py), captured as
+        """Run decode/verify batches at static shapes (static_pass.py), captured as
         CUDA graphs when `capture` (a CUDA device only). Whole models without tensor
         parallelism only: a pipeline stage or a rank of a group keeps the eager path."""
         if not self.is_whole:

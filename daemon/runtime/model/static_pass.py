@@ -8,15 +8,20 @@ A graph replays fixed shapes and fixed memory, so a pass must not depend on host
 - the batch is padded up to a power of two; a padding row repeats the last real row (same
   slot, tokens and positions), so it writes the same K/V values to the same places and its
   output is dropped;
-- every row appends the same number of tokens T (a decode step T = 1, a verify pass of k
-  drafts T = k + 1); ragged batches (prefill, a draft's catch-up step) run eagerly;
+- every row appends T tokens (a decode step T = 1, a verify pass of k drafts T = k + 1): a
+  shorter chunk (a row drafting fewer tokens, a drafter's catch-up step) is padded with
+  repeats of its last token at the following positions. Their K/V land past the end of the
+  slot's sequence, where nothing is read before it is written again (the invariant that
+  makes a rollback a change of length); their outputs are dropped. Chunks longer than
+  `max_chunk` (prefill) and fork rows run eagerly;
 - attention reads a power-of-two bucket of cache positions (at least MIN_CONTEXT) of the
   batch's slots, gathered; the mask, built on the device from the positions, hides the keys
   past each query;
 - the graph ends at the final norm; the LM head (one large matmul) runs eagerly after it, so
   no graph holds logits.
-The metadata of such a pass is built on the device from three input tensors (token ids,
-positions, slots) that each call copies into the graph's static buffers.
+The metadata of such a pass is built on the device from four input tensors (token ids,
+positions, slots, each row's last real token) that each call copies into the graph's static
+buffers.
 
 On a CPU the static pass runs eagerly (`capture=False`): tests hold it to the ragged forward
 there. Graphs are captured only on a CUDA device, lazily on a shape's first use, all in one
@@ -34,7 +39,7 @@ from daemon.runtime.model.forward_metadata import ForwardMetadata, static_metada
 
 CUDA_GRAPHS_ENV = "SPECCTL_CUDA_GRAPHS"  # "0": every pass eager on a GPU too
 MIN_CONTEXT = 256  # smallest bucket of attended cache positions
-DEFAULT_MAX_CHUNK = 16  # tokens per row up to which uniform passes are static (k <= 15)
+DEFAULT_MAX_CHUNK = 16  # tokens per row up to which a pass is static (k <= 15)
 MAX_GRAPHS = 256  # shapes captured at most; past it, new shapes run eagerly
 WARMUP_RUNS = 2  # eager runs of a shape on a side stream before its capture
 
@@ -54,14 +59,17 @@ class StaticInputs:
     token_ids: torch.Tensor  # [B, T]
     positions: torch.Tensor  # [B, T]
     slots: torch.Tensor  # [B]
+    last_index: torch.Tensor  # [B] index in T of each row's last real token
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.token_ids, self.positions, self.slots, self.last_index)
 
     def clone(self) -> "StaticInputs":
-        return StaticInputs(self.token_ids.clone(), self.positions.clone(), self.slots.clone())
+        return StaticInputs(*(t.clone() for t in self.tensors()))
 
     def copy_(self, other: "StaticInputs") -> None:
-        self.token_ids.copy_(other.token_ids)
-        self.positions.copy_(other.positions)
-        self.slots.copy_(other.slots)
+        for mine, theirs in zip(self.tensors(), other.tensors(), strict=True):
+            mine.copy_(theirs)
 
 
 @dataclass(slots=True)
@@ -85,7 +93,7 @@ def bucket_up(value: int, floor: int, ceiling: int) -> int:
 
 
 class StaticPasses:
-    """Runs a model's uniform decode/verify batches at static shapes (see the module doc)."""
+    """Runs a model's decode/verify batches at static shapes (see the module doc)."""
 
     def __init__(
         self, model: "StaticModel", *, capture: bool, max_chunk: int = DEFAULT_MAX_CHUNK
@@ -99,14 +107,17 @@ class StaticPasses:
         self.pool = torch.cuda.graph_pool_handle() if capture else None
 
     def accepts(self, batch: ForwardBatch) -> bool:
-        """A uniform batch without fork rows that wants logits."""
+        """A batch of chunks up to `max_chunk` tokens, without fork rows, that wants logits
+        and whose chunks, padded to the longest, stay within the cache."""
         if batch.has_forks or batch.logits_mode is LogitsMode.NONE:
             return False
-        chunk = len(batch.token_ids[0])
-        return chunk <= self.max_chunk and all(len(c) == chunk for c in batch.token_ids)
+        chunk = batch.max_chunk_len
+        return chunk <= self.max_chunk and max(batch.start_positions) + chunk <= (
+            self.model.max_model_len
+        )
 
     def shape_of(self, batch: ForwardBatch) -> StaticShape:
-        chunk = len(batch.token_ids[0])
+        chunk = batch.max_chunk_len
         longest = max(batch.start_positions) + chunk
         model = self.model
         return StaticShape(
@@ -125,23 +136,33 @@ class StaticPasses:
 
     # -- internals --------------------------------------------------------------------------
     def _inputs(self, batch: ForwardBatch, padded: int) -> StaticInputs:
-        """The batch padded to `padded` rows: padding rows repeat the last real row."""
+        """The batch padded to `padded` rows of T = the longest chunk's tokens: a padding row
+        repeats the last real row, a short chunk its last token."""
+        chunk = batch.max_chunk_len
         extra = padded - batch.num_seqs
-        chunks = batch.token_ids + [batch.token_ids[-1]] * extra
+        chunks = [c + [c[-1]] * (chunk - len(c)) for c in batch.token_ids]
+        chunks += [chunks[-1]] * extra
+        lengths = [len(c) for c in batch.token_ids]
+        lengths += [lengths[-1]] * extra
         starts = batch.start_positions + [batch.start_positions[-1]] * extra
         slots = batch.slots + [batch.slots[-1]] * extra
-        device = self.model.device
-        chunk = len(chunks[0])
         # [B_pad, T]
         positions = torch.tensor(starts)[:, None] + torch.arange(chunk)[None, :]
+        device = self.model.device
         return StaticInputs(
-            torch.tensor(chunks).to(device, non_blocking=True),
-            positions.to(device, non_blocking=True),
-            torch.tensor(slots).to(device, non_blocking=True),
+            *(
+                t.to(device, non_blocking=True)
+                for t in (
+                    torch.tensor(chunks),
+                    positions,
+                    torch.tensor(slots),
+                    torch.tensor(lengths) - 1,
+                )
+            )
         )
 
     def _hidden(self, shape: StaticShape, inputs: StaticInputs) -> torch.Tensor:
-        meta = static_metadata(inputs.token_ids, inputs.positions, inputs.slots, shape.context)
+        meta = static_metadata(*inputs.tensors(), context_len=shape.context)
         return self.model.static_hidden(meta, shape.last_only)
 
     def _replay(self, shape: StaticShape, inputs: StaticInputs) -> torch.Tensor:
