@@ -5,6 +5,7 @@ import torch
 from daemon.runtime.engine.sequence import Sequence
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length, prefill_budget
 from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 from daemon.runtime.sampling.logits import process_logits
 from daemon.runtime.sampling.random import emit_uniforms
@@ -39,7 +40,7 @@ def sample_tokens(seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
     """One token per sequence from logits [B, V], with each request's sampling parameters."""
     params = [s.request.params for s in seqs]
     if all(p.is_greedy for p in params):
-        return logits.argmax(dim=-1).tolist()
+        return argmax_last(logits).tolist()
     probs = process_logits(  # [B, V]
         logits,
         torch.tensor([p.temperature for p in params]),
@@ -48,4 +49,4 @@ def sample_tokens(seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
     )
     sampled = sample_inverse_cdf(probs, emit_uniforms([s.generator for s in seqs]))  # [B]
     greedy = torch.tensor([p.is_greedy for p in params])
-    return torch.where(greedy, probs.argmax(dim=-1), sampled).tolist()
+    return torch.where(greedy, argmax_last(probs), sampled).tolist()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from daemon.runtime.proposers.drafts import SparseDraw
+from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.keyed_random import keyed_draw, keyed_u64
 from daemon.runtime.sampling.logits import process_logits, top_k
 from daemon.runtime.sampling.quantized import (
@@ -76,7 +77,7 @@ class DraftSampler:
             greedy = [i for i, key in enumerate(keys) if key.temperature <= 0.0]
             if greedy:  # a pass over the vocabulary: only for the rows that use it
                 rows = logits if len(greedy) == len(keys) else logits[greedy]
-                for i, token in zip(greedy, rows.argmax(dim=-1).tolist(), strict=True):
+                for i, token in zip(greedy, argmax_last(rows).tolist(), strict=True):
                     best_ids[i] = [token]
             best_probs = [[1.0]] * len(keys)  # not estimated
         steps = [

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.checks import check_rejection_inputs
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 
@@ -61,7 +62,7 @@ def rejection_sample(
     is_real = torch.arange(max_k, device=drafts.device) < num_draft_tokens.unsqueeze(-1)
     # [B, K+1] the argmax is a pass over every row: only when a greedy row reads it
     any_greedy = bool(is_greedy.any())
-    target_argmax = target_probs.argmax(dim=-1) if any_greedy else None
+    target_argmax = argmax_last(target_probs) if any_greedy else None
     if target_argmax is not None and bool(is_greedy.all()):
         return _greedy(draft_token_ids, is_real, target_argmax)
     # [B, K]

@@ -1,0 +1,39 @@
+"""argmax over the vocabulary, fast on a CPU.
+
+torch's CPU argmax walks a row one element at a time: over [80, 151,936] float32 logits (a
+verify pass of 16 sequences, k = 4, at Qwen's vocabulary) it takes ~10 ms on one core, while
+`amax` (vectorised) reads the same 48 MB in ~1.3 ms. So on a CPU the row is cut into chunks:
+the vectorised max of every chunk, the argmax of those few maxima, then the argmax inside the
+winning chunk only. The rule is torch.argmax's: the first index of the maximum (a NaN counts as
+the maximum; the first chunk holding the first maximum holds its first index). Other devices
+keep torch.argmax, which is already parallel there.
+"""
+
+import torch
+
+CHUNK = 256  # elements per chunk: the chunk maxima stay small, the winning chunk is one read
+MIN_VOCAB = 4 * CHUNK  # narrower rows: torch.argmax directly
+
+
+def argmax_last(x: torch.Tensor) -> torch.Tensor:
+    """[..., V] -> [...] int64: the index of the first maximum along the last dimension."""
+    vocab = x.shape[-1]
+    if x.device.type != "cpu" or vocab < MIN_VOCAB or x.numel() == 0:
+        return x.argmax(dim=-1)
+    lead = x.shape[:-1]
+    rows = x.reshape(-1, vocab)  # [R, V] (a view for contiguous logits)
+    num_chunks = vocab // CHUNK
+    split = num_chunks * CHUNK
+    chunk_max = rows[:, :split].unflatten(1, (num_chunks, CHUNK)).amax(dim=-1)  # [R, n]
+    best_chunk = chunk_max.argmax(dim=-1)  # [R]
+    offsets = best_chunk.unsqueeze(-1) * CHUNK + torch.arange(CHUNK)  # [R, CHUNK]
+    index = best_chunk * CHUNK + rows.gather(1, offsets).argmax(dim=-1)  # [R]
+    if split < vocab:  # the ragged tail: it wins only if strictly greater (or the head has no
+        # NaN and it does), which torch.argmax's first-maximum rule over [head, tail] gives
+        tail = rows[:, split:]  # [R, V - split]
+        head_val = chunk_max.gather(1, best_chunk.unsqueeze(-1)).squeeze(-1)  # [R]
+        tail_arg = tail.argmax(dim=-1)  # [R]
+        tail_val = tail.gather(1, tail_arg.unsqueeze(-1)).squeeze(-1)  # [R]
+        tail_wins = torch.stack([head_val, tail_val], dim=-1).argmax(dim=-1).bool()  # [R]
+        index = torch.where(tail_wins, split + tail_arg, index)
+    return index.reshape(lead)
