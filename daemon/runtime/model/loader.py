@@ -9,6 +9,7 @@ import torch
 
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.config import DTYPES, LEAN_ARCHITECTURES, LEAN_ROPE_TYPES, ModelConfig
+from daemon.runtime.model.host_memory import keep_freed_host_memory
 from daemon.runtime.model.linear import prepack_linears
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.protocol import CausalLM
@@ -66,9 +67,10 @@ def load_model(
     torch_device = torch.device(device)
     if _use_lean(raw, backend, source):
         config = ModelConfig.from_dict(raw, source=source)
-        return load_lean(
+        model = load_lean(
             model_dir, config, torch_dtype, torch_device, num_slots, max_len, progress, tp, layers
         )
+        return _ready(model, torch_device)
     if (tp is not None and tp.size > 1) or layers is not None:
         raise ModelLoadError(
             f"{source}: tensor and pipeline parallelism need the lean runner, which does not "
@@ -88,6 +90,14 @@ def load_model(
     )
     if progress is not None:
         progress(total_bytes, total_bytes)
+    return _ready(model, torch_device)
+
+
+def _ready(model: CausalLM, device: torch.device) -> CausalLM:
+    """The loaded model, with the process's host allocator set for running on a CPU: large
+    freed blocks (each pass's logits) are kept for reuse from here on (host_memory.py)."""
+    if device.type == "cpu":
+        keep_freed_host_memory()
     return model
 
 
