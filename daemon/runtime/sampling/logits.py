@@ -35,7 +35,9 @@ def process_logits(
     needs_mode = inplace and logits.is_inference() and not torch.is_inference_mode_enabled()
     with torch.inference_mode() if needs_mode else contextlib.nullcontext():
         # [N, V]
-        if inplace:
+        if not bool((temperature != 1.0).any()):  # a pass over [N, V] saved
+            scaled = logits if inplace else logits.float()
+        elif inplace:
             scaled = logits.div_(temperature.float().unsqueeze(-1))
         else:
             scaled = logits.float() / temperature.float().unsqueeze(-1)

@@ -166,35 +166,39 @@ def _emitted_token(
 ) -> torch.Tensor:
     """The correction (first rejection) or bonus (all accepted) token [B] at num_accepted."""
     num_seqs = drafts.shape[0]
-    # [B, V] the target's distribution at each row's emit position
-    p = target_probs[torch.arange(num_seqs, device=drafts.device), num_accepted]
-    q = _dense_proposal_at(drafts, num_draft, num_accepted, sparse, p.shape[-1])
+    rows = torch.arange(num_seqs, device=drafts.device)
+    # [B, V] the target's distribution at each row's emit position (a copy: ours to overwrite)
+    p = target_probs[rows, num_accepted]
     # rejected: sample norm(max(0, p - q)); bonus: q == 0 there, so this is p itself.
-    residual = (p - q).clamp_(min=0.0)
+    residual = _residual_in_place(p, drafts, num_draft, num_accepted, sparse)
     # p == q leaves nothing: fall back to p (cannot happen when x ~ q, kept for safety)
-    is_empty = ~(residual > 0).any(dim=-1, keepdim=True)  # [B, 1]
-    residual = torch.where(is_empty, p, residual)
+    is_empty = residual.amax(dim=-1) <= 0  # [B]
+    if bool(is_empty.any()):
+        residual[is_empty] = target_probs[rows[is_empty], num_accepted[is_empty]]
     if target_argmax is None:
         return sample_inverse_cdf(residual, emit_uniform)  # [B]
     # greedy rows' targets are only read for their argmax: give them a valid distribution
-    residual = torch.where(is_greedy.unsqueeze(-1), 1.0, residual)
+    residual[is_greedy] = 1.0
     sampled = sample_inverse_cdf(residual, emit_uniform)  # [B]
     greedy = target_argmax.gather(1, num_accepted.unsqueeze(-1)).squeeze(-1)
     return torch.where(is_greedy, greedy, sampled)
 
 
-def _dense_proposal_at(
+def _residual_in_place(
+    p: torch.Tensor,  # [B, V] the target's distribution at each row's `position`, overwritten
     drafts: torch.Tensor,  # [B, K]
     num_draft: torch.Tensor,  # [B]
     position: torch.Tensor,  # [B]
     sparse: _Sparse | None,
-    vocab_size: int,
 ) -> torch.Tensor:
-    """q [B, V] at each row's `position`, all zero where position == num_draft (bonus)."""
-    num_seqs, max_k = drafts.shape
-    q = torch.zeros((num_seqs, vocab_size), dtype=torch.float32, device=drafts.device)
+    """max(0, p - q) [B, V] with q the proposal at each row's `position` (all zero where
+    position == num_draft: the bonus), without building q densely: q is one constant on the
+    unlisted tokens (the tail's share) and differs only at the S listed tokens and the draft
+    token, so the whole row takes one subtract-and-clamp and those few entries are fixed up."""
+    max_k = drafts.shape[1]
     if max_k == 0:
-        return q
+        return p
+    vocab_size = p.shape[-1]
     # [B] a draft position exists (rejection) rather than the bonus slot
     has_draft = position < num_draft
     at = position.clamp(max=max_k - 1).unsqueeze(-1)  # [B, 1]
@@ -208,11 +212,17 @@ def _dense_proposal_at(
         probs = sparse.probs.gather(1, at_sparse).squeeze(1)
         probs = torch.where(has_draft.unsqueeze(-1), probs, 0.0)
         tail = torch.where(has_draft, sparse.tail.gather(1, at).squeeze(1), 0.0)  # [B]
-        q += _tail_each(tail, probs, vocab_size).unsqueeze(-1)  # every token, then listed:
-        listed = torch.zeros_like(q).scatter_add_(-1, ids, probs)  # padding may repeat ids
-        is_listed = torch.zeros_like(q).scatter_add_(-1, ids, (probs > 0).float()) > 0
-        q = torch.where(is_listed, listed, q)
+        p_at_ids = p.gather(1, ids)  # [B, S] before the rows change
+        # every token as if unlisted: p - tail share, then the listed ones
+        p.sub_(_tail_each(tail, probs, vocab_size).unsqueeze(-1)).clamp_(min=0.0)
+        # [B, S, S'] entry s names the token that listed entry s' lists (padding entries,
+        # prob 0, may repeat a listed id: they must write that token's value too)
+        lists = (ids.unsqueeze(-1) == ids.unsqueeze(-2)) & (probs.unsqueeze(-2) > 0)
+        q_listed = torch.where(lists, probs.unsqueeze(-2), 0.0).sum(dim=-1)  # [B, S]
+        listed_value = (p_at_ids - q_listed).clamp(min=0.0)
+        p.scatter_(1, ids, torch.where(lists.any(dim=-1), listed_value, p.gather(1, ids)))
         point_mass = torch.where((probs == 0).all(dim=-1) & (tail == 0), point_mass, 0.0)
-    # [B, V] q += point_mass * onehot(draft)
-    q.scatter_add_(-1, drafts.gather(1, at), point_mass.unsqueeze(-1))
-    return q
+    # the draft token of a point-mass proposal: max(0, p(x) - 1)
+    draft = drafts.gather(1, at)  # [B, 1]
+    p.scatter_(1, draft, (p.gather(1, draft) - point_mass.unsqueeze(-1)).clamp(min=0.0))
+    return p
