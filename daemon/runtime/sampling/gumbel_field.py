@@ -1,0 +1,271 @@
+"""A Gumbel noise field keyed by (seed, position, token), and its exact argmax over a real
+vocabulary without drawing noise for every token.
+
+Gumbel-max: with G_i i.i.d. Gumbel(0), argmax_i (log p_i + G_i) is an exact sample from p. Two
+parties that share the noise G of a position and maximise against their own distributions
+pick the same token far more often than independent samples would (a coupling without
+communication): the drafter picks argmax (log q + G), the verifier argmax (log p + G), and with
+q = p they always agree. The speculative sampler uses it for the tokens a draft's proposal
+does not list (see rejection.py and proposers/draft_sampling.py).
+
+The field of one key (a 64-bit word per (seed, position), `field_key`) is defined block by
+block, blocks of BLOCK consecutive token ids (the last one shorter when V is not a multiple),
+so that the maximum can be found by looking at a few blocks only. For block b of n_b tokens,
+from the block's word w_b = mix(key + (b + 1) * gamma):
+  * M_b = log(n_b) + Gumbel(0) is the block's largest noise (the maximum of n_b Gumbel(0)),
+  * a_b, uniform in [0, n_b), is where it sits,
+  * every other entry j is -log(exp(-M_b) + E_j), E_j ~ Exp(1) from mix(w_b ^ salt + j ...):
+    a Gumbel(0) truncated below M_b, which is what the others are given their maximum.
+So the entries are i.i.d. Gumbel(0), and no entry of block b exceeds M_b: the block's largest
+score plus M_b bounds everything in it. `gumbel_argmax` takes the block maxima of the scores
+(one pass, no transcendental functions), expands the block with the best bound, then every
+block whose bound still beats the best value found; nothing else can hold the maximum, so the
+result equals the argmax over the dense field (`dense_field`, the tests' reference).
+
+Everything is integer arithmetic on int64 tensors (SplitMix64's finaliser, products wrapping
+modulo 2^64, logical shifts by masking) and float64 logs: the same numbers on any device.
+"""
+
+import math
+
+import torch
+
+from daemon.runtime.sampling.keyed_random import GOLDEN_GAMMA, MASK64, mix64
+
+BLOCK = 64  # tokens per block of the field
+FIELD_SALT = 0x2545F4914F6CDD1D  # separates the field's keys from every other keyed stream
+ARGMAX_SALT = 0x6A09E667F3BCC909  # the block word -> where the block's maximum sits
+ENTRY_SALT = 0xBB67AE8584CAA73B  # the block word -> its other entries
+_UNIT = 2.0**-53
+
+
+def _signed(value: int) -> int:
+    """A 64-bit word as the int64 that holds the same bits."""
+    value &= MASK64
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+_MUL1 = _signed(0xBF58476D1CE4E5B9)
+_MUL2 = _signed(0x94D049BB133111EB)
+_GAMMA = _signed(GOLDEN_GAMMA)
+_ARGMAX_SALT = _signed(ARGMAX_SALT)
+_ENTRY_SALT = _signed(ENTRY_SALT)
+
+
+def field_key(seed: int, position: int) -> int:
+    """The field's key (an int64 value) for the token at absolute `position` of a request
+    whose draft seed is `seed`."""
+    if position < 0:
+        raise ValueError(f"position must be >= 0, got {position}")
+    return _signed(mix64((seed ^ FIELD_SALT) + (position + 1) * GOLDEN_GAMMA))
+
+
+def field_keys(seeds: list[int], positions: list[int]) -> torch.Tensor:
+    """[N] int64 keys, one per (seed, position) pair."""
+    keys = [field_key(s, p) for s, p in zip(seeds, positions, strict=True)]
+    return torch.tensor(keys, dtype=torch.int64)
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 words (torch's >> is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def mix64_t(z: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser on int64 tensors: the same bits as `keyed_random.mix64`."""
+    z = (z ^ _shift_right(z, 30)) * _MUL1
+    z = (z ^ _shift_right(z, 27)) * _MUL2
+    return z ^ _shift_right(z, 31)
+
+
+def _uniform(words: torch.Tensor) -> torch.Tensor:
+    """int64 words -> float64 uniforms in (0, 1) from their top 53 bits (never 0 or 1)."""
+    return (_shift_right(words, 11).double() + 0.5) * _UNIT
+
+
+def _block_sizes(vocab_size: int, device: torch.device) -> torch.Tensor:
+    """[nb] tokens per block: BLOCK, the last one what is left."""
+    num_blocks = -(-vocab_size // BLOCK)
+    sizes = torch.full((num_blocks,), BLOCK, dtype=torch.int64, device=device)
+    sizes[-1] = vocab_size - (num_blocks - 1) * BLOCK
+    return sizes
+
+
+def _block_words(keys: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """keys [...] int64, blocks [...] int64 (broadcast) -> the blocks' words."""
+    return mix64_t(keys + (blocks + 1) * _GAMMA)
+
+
+def _block_max(words: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """The block's largest noise M_b = log(n_b) + Gumbel(0), float64."""
+    return sizes.double().log() - (-_uniform(words).log()).log()
+
+
+def _block_argmax(words: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Where in the block M_b sits: uniform in [0, n_b)."""
+    at = (_uniform(mix64_t(words ^ _ARGMAX_SALT)) * sizes.double()).long()
+    return torch.minimum(at, sizes - 1)
+
+
+def _entry_noise(
+    words: torch.Tensor,  # [...] int64 block words
+    sizes: torch.Tensor,  # [...] int64 tokens in those blocks
+    j: torch.Tensor,  # [...] int64 entries within them (broadcast with the others)
+) -> torch.Tensor:
+    """The field's entries float64 at index j of blocks (words, sizes); -inf past n_b."""
+    block_max = _block_max(words, sizes)
+    entry = mix64_t((words ^ _ENTRY_SALT) + (j + 1) * _GAMMA)
+    exponential = -_uniform(entry).log()  # Exp(1)
+    noise = -(torch.exp(-block_max) + exponential).log()  # a Gumbel truncated below M_b
+    noise = torch.where(j == _block_argmax(words, sizes), block_max, noise)
+    return noise.masked_fill(j >= sizes, -math.inf)
+
+
+def _expand(
+    words: torch.Tensor,  # [P] int64 block words
+    sizes: torch.Tensor,  # [P] int64 tokens in each block
+) -> torch.Tensor:
+    """The field's entries [P, BLOCK] float64 of P blocks (entries past n_b are -inf)."""
+    j = torch.arange(BLOCK, device=words.device)  # [BLOCK]
+    return _entry_noise(words.unsqueeze(-1), sizes.unsqueeze(-1), j)
+
+
+def dense_field(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The whole field [N, V] float64 of keys [N]: every entry drawn (the reference)."""
+    num_rows = keys.shape[0]
+    sizes = _block_sizes(vocab_size, keys.device)  # [nb]
+    num_blocks = sizes.shape[0]
+    blocks = torch.arange(num_blocks, device=keys.device)
+    words = _block_words(keys.unsqueeze(-1), blocks)  # [N, nb]
+    noise = _expand(words.reshape(-1), sizes.repeat(num_rows))  # [N * nb, BLOCK]
+    return noise.view(num_rows, num_blocks * BLOCK)[:, :vocab_size]
+
+
+def gumbel_argmax(
+    scores: torch.Tensor,  # [R, V] float32 (left as it was)
+    keys: torch.Tensor,  # [N] int64 field keys
+    excluded: torch.Tensor | None = None,  # [N, S] int64 token ids, entries < 0 unused
+    are_probs: bool = False,
+    rows: torch.Tensor | None = None,  # [N] int64 the row of `scores` each key maximises
+) -> torch.Tensor:
+    """argmax_i (scores_i + G_i) per key, over the tokens its row does not exclude, [N] int64;
+    -1 where no token is left (every score -inf). `are_probs`: the scores are probabilities,
+    and log p is maximised (a zero probability is never picked). `rows` (distinct) picks the
+    rows of a larger tensor without copying it; default: row n for key n. Excluded entries
+    are masked for the search and restored."""
+    num_keys = keys.shape[0]
+    if rows is None:
+        if scores.shape[0] != num_keys:
+            raise ValueError(f"{num_keys} keys for {scores.shape[0]} rows of scores")
+        rows = torch.arange(num_keys, device=scores.device)
+    if excluded is None or not excluded.numel():
+        return _search(scores, rows, keys, are_probs)
+    key_index, entry = (excluded >= 0).nonzero(as_tuple=True)
+    at_rows, at_tokens = rows[key_index], excluded[key_index, entry]
+    saved = scores[at_rows, at_tokens]
+    scores[at_rows, at_tokens] = _fill(are_probs)
+    try:
+        return _search(scores, rows, keys, are_probs)
+    finally:
+        scores[at_rows, at_tokens] = saved
+
+
+def _fill(are_probs: bool) -> float:
+    """The score that never wins: probability 0, logit -inf."""
+    return 0.0 if are_probs else -math.inf
+
+
+def _search(
+    scores: torch.Tensor,  # [R, V]
+    rows: torch.Tensor,  # [N]
+    keys: torch.Tensor,  # [N]
+    are_probs: bool,
+) -> torch.Tensor:
+    num_keys = keys.shape[0]
+    vocab_size = scores.shape[-1]
+    device = scores.device
+    sizes = _block_sizes(vocab_size, device)  # [nb]
+    num_blocks = sizes.shape[0]
+    if 2 * num_keys < scores.shape[0]:  # a few rows of many: copy them first
+        block_best = _block_maxima(scores[rows])  # [N, nb]
+    else:
+        block_best = _block_maxima(scores)[rows]
+    if are_probs:
+        block_best = block_best.log()
+    words = _block_words(keys.unsqueeze(-1), torch.arange(num_blocks, device=device))  # [N, nb]
+    block_max = _block_max(words, sizes)  # [N, nb] the block's largest noise
+    bound = block_best.double() + block_max  # [N, nb] no entry of the block exceeds it
+    # the block with the best bound first: its maximum is usually the answer
+    all_keys = torch.arange(num_keys, device=device)
+    first = bound.argmax(dim=-1)  # [N]
+    in_first = _as_scores(_score_blocks(scores, rows, first, are_probs), are_probs)  # [N, BL]
+    values, at = (in_first + _expand(words[all_keys, first], sizes[first])).max(dim=-1)
+    tokens = first * BLOCK + at  # [N]
+    # then every entry of another block that could still beat it: a block's entries are at
+    # most M_b, so only those whose score exceeds (best - M_b) can; only theirs is drawn
+    rest = bound > values.unsqueeze(-1)  # [N, nb]
+    rest[all_keys, first] = False
+    key_index, blocks = rest.nonzero(as_tuple=True)  # [P]
+    if not key_index.numel():
+        return torch.where(values > -math.inf, tokens, -1)
+    in_blocks = _score_blocks(scores, rows[key_index], blocks, are_probs)  # [P, BLOCK] raw
+    threshold = _lowered(values[key_index] - block_max[key_index, blocks], are_probs)  # [P]
+    pair, j = (in_blocks > threshold.unsqueeze(-1)).nonzero(as_tuple=True)  # [E]
+    if pair.numel():
+        entry_keys, entry_blocks = key_index[pair], blocks[pair]
+        noise = _entry_noise(words[entry_keys, entry_blocks], sizes[entry_blocks], j)
+        candidates = torch.cat([values, _as_scores(in_blocks[pair, j], are_probs) + noise])
+        candidate_tokens = torch.cat([tokens, entry_blocks * BLOCK + j])
+        owners = torch.cat([all_keys, entry_keys])
+        values = values.scatter_reduce(0, owners, candidates, reduce="amax")
+        wins = candidates == values[owners]
+        tokens = tokens.clone()
+        tokens[owners[wins]] = candidate_tokens[wins]
+    return torch.where(values > -math.inf, tokens, -1)
+
+
+def _score_blocks(
+    scores: torch.Tensor,  # [R, V]
+    rows: torch.Tensor,  # [P] int64
+    blocks: torch.Tensor,  # [P] int64
+    are_probs: bool,
+) -> torch.Tensor:
+    """The scores [P, BLOCK] of P (row, block) pairs as they are; entries past the vocabulary
+    never win (0 or -inf). Whole blocks are rows of a [R * nb, BLOCK] view."""
+    num_rows, vocab_size = scores.shape
+    whole = vocab_size // BLOCK
+    if vocab_size == whole * BLOCK and scores.is_contiguous():
+        return scores.view(num_rows * whole, BLOCK).index_select(0, rows * whole + blocks)
+    out = torch.full((rows.shape[0], BLOCK), _fill(are_probs), device=scores.device)
+    is_whole = blocks < whole
+    if whole:
+        view = scores[:, : whole * BLOCK].view(num_rows, whole, BLOCK)
+        out[is_whole] = view[rows[is_whole], blocks[is_whole]]
+    if vocab_size % BLOCK and not bool(is_whole.all()):
+        out[~is_whole, : vocab_size - whole * BLOCK] = scores[rows[~is_whole], whole * BLOCK :]
+    return out
+
+
+def _as_scores(raw: torch.Tensor, are_probs: bool) -> torch.Tensor:
+    """Raw scores -> float64 values to add the noise to (log p for probabilities)."""
+    out = raw.double()
+    return out.log_() if are_probs else out
+
+
+def _lowered(threshold: torch.Tensor, are_probs: bool) -> torch.Tensor:
+    """A float64 threshold on scores as a float32 a little below it (a probability if
+    `are_probs`): comparing raw float32 scores must never drop an entry that could win; a few
+    extra candidates cost nothing."""
+    if are_probs:
+        return (threshold.exp() * (1.0 - 1e-5)).float()
+    return (threshold - 1e-5 * threshold.abs().clamp(min=1.0)).float()
+
+
+def _block_maxima(scores: torch.Tensor) -> torch.Tensor:
+    """[N, V] -> [N, nb] the largest score of each block (one pass, a view for whole blocks)."""
+    num_rows, vocab_size = scores.shape
+    whole = vocab_size // BLOCK
+    maxima = [scores[:, : whole * BLOCK].reshape(num_rows, whole, BLOCK).amax(dim=-1)]
+    if vocab_size % BLOCK:
+        maxima.append(scores[:, whole * BLOCK :].amax(dim=-1, keepdim=True))
+    return torch.cat(maxima, dim=-1) if len(maxima) > 1 else maxima[0]

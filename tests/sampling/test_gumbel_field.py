@@ -1,0 +1,106 @@
+"""The keyed Gumbel field: its bits match the Python SplitMix64, its entries are Gumbel(0),
+the block-by-block argmax equals the argmax over the dense field, and Gumbel-max over it is an
+exact sample."""
+
+import math
+
+import pytest
+import torch
+from test_rejection_distribution import MIN_P_VALUE, chi_square_p
+
+from daemon.runtime.sampling.gumbel_field import (
+    dense_field,
+    field_key,
+    field_keys,
+    gumbel_argmax,
+    mix64_t,
+)
+from daemon.runtime.sampling.keyed_random import MASK64, mix64
+
+EULER_GAMMA = 0.5772156649
+
+
+def test_torch_mix_matches_the_python_one_on_every_bit() -> None:
+    gen = torch.Generator().manual_seed(0)
+    words = torch.randint(-(2**63), 2**63 - 1, (4096,), generator=gen, dtype=torch.int64)
+    words = torch.cat([words, torch.tensor([0, -1, 2**63 - 1, -(2**63)])])
+    got = mix64_t(words).tolist()
+    expected = [mix64(w & MASK64) for w in words.tolist()]
+    assert [g & MASK64 for g in got] == expected
+
+
+def test_field_entries_are_standard_gumbel() -> None:
+    field = dense_field(field_keys(list(range(64)), [5] * 64), 1000)  # [64, 1000]
+    assert field.shape == (64, 1000)
+    assert abs(float(field.mean()) - EULER_GAMMA) < 0.02
+    # P(G <= 0) = exp(-1); P(G <= 2) = exp(-exp(-2))
+    assert abs(float((field <= 0).double().mean()) - math.exp(-1)) < 0.01
+    assert abs(float((field <= 2).double().mean()) - math.exp(-math.exp(-2))) < 0.01
+
+
+def test_keys_differ_by_seed_and_position() -> None:
+    assert len({field_key(s, p) for s in range(20) for p in range(20)}) == 400
+    with pytest.raises(ValueError):
+        field_key(1, -1)
+
+
+@pytest.mark.parametrize("vocab", [40, 64, 1000, 4096, 5003])
+@pytest.mark.parametrize("are_probs", [False, True])
+def test_block_search_equals_the_dense_argmax(vocab: int, are_probs: bool) -> None:
+    gen = torch.Generator().manual_seed(vocab)
+    rows = 24
+    logits = torch.randn(rows, vocab, generator=gen) * torch.rand(rows, 1, generator=gen) * 6
+    logits[3, ::2] = -math.inf  # a top-k / top-p truncated row
+    logits[4] = -math.inf  # nothing left
+    logits[4, vocab // 2] = 0.0
+    excluded = torch.randint(0, vocab, (rows, 8), generator=gen)
+    excluded[:, 6:] = -1  # unused entries
+    excluded[4, 0] = vocab // 2  # row 4 excludes its only token
+    keys = field_keys(list(range(rows)), [vocab + r for r in range(rows)])
+    scores = torch.softmax(logits, -1) if are_probs else logits.clone()
+    reference = scores.clone().double()
+    reference = reference.log() if are_probs else reference
+    for r in range(rows):
+        reference[r, excluded[r][excluded[r] >= 0]] = -math.inf
+    total = reference + dense_field(keys, vocab)
+    expected = torch.where(total.amax(-1) > -math.inf, total.argmax(-1), -1)
+    got = gumbel_argmax(scores.clone(), keys, excluded, are_probs=are_probs)
+    assert got.tolist() == expected.tolist()
+    assert int(got[4]) == -1
+
+
+def test_gumbel_max_over_the_field_samples_the_distribution() -> None:
+    gen = torch.Generator().manual_seed(2)
+    p = torch.softmax(torch.randn(40, generator=gen) * 1.5, -1)  # [V]
+    draws = 20_000
+    keys = field_keys([7] * draws, list(range(draws)))
+    tokens = gumbel_argmax(p.expand(draws, -1).clone(), keys, are_probs=True)
+    assert chi_square_p(tokens, p) > MIN_P_VALUE
+    # excluding tokens samples p restricted to the rest
+    excluded = p.topk(5).indices
+    tokens = gumbel_argmax(
+        p.expand(draws, -1).clone(), keys, excluded.expand(draws, -1), are_probs=True
+    )
+    rest = p.clone()
+    rest[excluded] = 0.0
+    assert chi_square_p(tokens, rest / rest.sum()) > MIN_P_VALUE
+
+
+def test_shared_noise_couples_close_distributions() -> None:
+    """Drafter and verifier maximise against their own distributions with the same noise:
+    equal distributions always agree, close ones mostly, independent draws rarely."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(2000, generator=gen)
+    p = torch.softmax(logits, -1)
+    q = torch.softmax(logits + 0.3 * torch.randn(2000, generator=gen), -1)
+    draws = 4000
+    keys = field_keys(list(range(draws)), [3] * draws)
+    from_p = gumbel_argmax(p.expand(draws, -1).clone(), keys, are_probs=True)
+    assert torch.equal(from_p, gumbel_argmax(p.expand(draws, -1).clone(), keys, are_probs=True))
+    agree = float(
+        (from_p == gumbel_argmax(q.expand(draws, -1).clone(), keys, are_probs=True)).double().mean()
+    )
+    overlap = float(torch.minimum(p, q).sum())
+    # Gumbel coupling: at least (1 - tv) / (1 + tv), at most the overlap 1 - tv
+    assert (overlap / (2 - overlap)) - 0.03 < agree <= overlap + 0.03
+    assert agree > 10 * float((p * q).sum())
