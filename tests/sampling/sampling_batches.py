@@ -19,6 +19,7 @@ class RejectionInputs:
     uniform: torch.Tensor  # [B, K] float32
     emit_uniform: torch.Tensor  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None  # [B, K] float32
+    tail_keys: torch.Tensor | None = None  # [B, K] int64 Gumbel field keys
 
     def args(self) -> tuple:
         return (
@@ -31,15 +32,22 @@ class RejectionInputs:
             self.uniform,
             self.emit_uniform,
             self.draft_sparse_tail,
+            self.tail_keys,
         )
 
 
 def random_batch(
-    gen: torch.Generator, num_seqs: int, max_k: int, vocab_size: int, num_sparse: int | None
+    gen: torch.Generator,
+    num_seqs: int,
+    max_k: int,
+    vocab_size: int,
+    num_sparse: int | None,
+    with_tails: bool = True,
 ) -> RejectionInputs:
     """A batch mixing greedy and sampled rows, point-mass and sparse positions, num_draft 0,
     drafts equal to the target argmax (so greedy rows accept some) and peaked targets (so
-    sampled rows accept some). num_sparse None: no sparse tensors at all."""
+    sampled rows accept some). num_sparse None: no sparse tensors at all; `with_tails`: some
+    sparse positions carry a tail (and the batch its field keys)."""
     # [B, K+1, V] peaked targets: a few rows are near one-hot
     sharpness = torch.rand(num_seqs, max_k + 1, 1, generator=gen) * 6
     logits = torch.randn(num_seqs, max_k + 1, vocab_size, generator=gen) * sharpness
@@ -51,10 +59,12 @@ def random_batch(
     drafts = torch.where(use_argmax, target_probs[:, :max_k].argmax(-1), random_ids)
     is_real = torch.arange(max_k) < num_draft.unsqueeze(-1)
     drafts = torch.where(is_real, drafts, PLACEHOLDER_TOKEN_ID)
-    sparse_ids = sparse_probs = sparse_tail = None
+    sparse_ids = sparse_probs = sparse_tail = tail_keys = None
     if num_sparse is not None:
         sparse_ids, sparse_probs = _sparse_around(gen, drafts.clamp(min=0), vocab_size, num_sparse)
-        sparse_probs, sparse_tail = _with_tails(gen, sparse_probs)
+        if with_tails:
+            sparse_probs, sparse_tail = _with_tails(gen, sparse_probs)
+            tail_keys = torch.randint(-(2**62), 2**62, (num_seqs, max_k), generator=gen)
     return RejectionInputs(
         draft_token_ids=drafts,
         num_draft_tokens=num_draft,
@@ -65,6 +75,7 @@ def random_batch(
         uniform=torch.rand(num_seqs, max_k, generator=gen),
         emit_uniform=torch.rand(num_seqs, generator=gen, dtype=torch.float64),
         draft_sparse_tail=sparse_tail,
+        tail_keys=tail_keys,
     )
 
 

@@ -1,19 +1,26 @@
 """Proposals with a tail: the top tokens with their own probabilities and the rest of the
-draft's mass spread evenly over the other tokens. The draft samples from exactly that
-distribution, and at a flat distribution the verifier accepts far more than a top-S-only
-proposal lets it."""
+draft's mass as one class, whose token the drafter and the verifier each pick by Gumbel-max
+over the unlisted tokens with the position's shared noise field. The drafter draws from its
+own distribution (quantised on the listed tokens); at a flat distribution the verifier accepts
+far more than a top-S-only proposal lets it, and everything when draft = target."""
 
 import pytest
 import torch
-from test_rejection_distribution import MIN_P_VALUE, chi_square_p
+from test_rejection_distribution import MIN_P_VALUE, chi_square_p, draft_with_tail
 
 from daemon.runtime.proposers.draft_sampling import DraftSampler, RowKey
+from daemon.runtime.sampling.gumbel_field import field_keys
 from daemon.runtime.sampling.quantized import (
     PROPOSAL_TOTAL,
     quantize_with_tail,
     unlisted_token,
 )
-from daemon.runtime.sampling.random import emit_uniforms, make_generators, uniform_noise
+from daemon.runtime.sampling.random import (
+    emit_uniforms,
+    make_generators,
+    sample_sparse,
+    uniform_noise,
+)
 from daemon.runtime.sampling.rejection import rejection_sample
 
 VOCAB = 40
@@ -42,14 +49,17 @@ def draft_frequencies(
     logits: torch.Tensor, sparse_top_k: int
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Draws NUM_DRAWS drafts (one per draft seed) from one row of logits [V]; returns the
-    tokens, the proposal q [V] the sampler said they came from and its tail mass."""
+    tokens, the distribution they should follow [V] (the counts on the listed tokens, the
+    tail spread like the draft's own probabilities on the rest) and the tail mass."""
     sampler = DraftSampler(sparse_top_k)
     keys = [RowKey(1.0, seed, 7) for seed in range(NUM_DRAWS)]
     steps = sampler.sample(logits.expand(NUM_DRAWS, -1).clone(), keys, with_alternatives=False)
     sparse = steps[0].sparse
     assert sparse is not None
     listed = sparse.counts > 0
-    q = torch.full((VOCAB,), sparse.tail / PROPOSAL_TOTAL / (VOCAB - int(listed.sum())))
+    q = torch.softmax(logits, -1)
+    q[sparse.ids[listed]] = 0.0
+    q = q / q.sum() * sparse.tail / PROPOSAL_TOTAL
     q[sparse.ids[listed]] = sparse.counts[listed].double().float() / PROPOSAL_TOTAL
     return torch.tensor([s.token for s in steps]), q, sparse.tail / PROPOSAL_TOTAL
 
@@ -64,34 +74,49 @@ def test_draft_sampler_draws_from_the_proposal_it_sends() -> None:
     assert chi_square_p(tokens, q) > MIN_P_VALUE
 
 
-def test_flat_draft_equal_to_target_is_accepted_far_more_with_a_tail() -> None:
+def accept_rate(p: torch.Tensor, q: torch.Tensor, num_sparse: int, with_tail: bool) -> float:
+    """One draft per row, drawn as the draft sampler does (draft_with_tail), verified against
+    p [V]; the fraction accepted."""
+    gens = make_generators(list(range(NUM_DRAWS)))
+    keys = field_keys(list(range(NUM_DRAWS)), [11] * NUM_DRAWS)  # [N]
+    ids, probs, tail, drafts = draft_with_tail(q.expand(NUM_DRAWS, -1), num_sparse, keys, gens)
+    if not with_tail:  # the listed tokens alone, renormalised
+        probs = probs / probs.sum(-1, keepdim=True)
+        drafts = sample_sparse(ids, probs, gens)
+    _, num = rejection_sample(
+        drafts.view(-1, 1),
+        torch.ones(NUM_DRAWS, dtype=torch.long),
+        ids.unsqueeze(1),
+        probs.unsqueeze(1),
+        p.expand(NUM_DRAWS, 2, -1),
+        torch.zeros(NUM_DRAWS, dtype=torch.bool),
+        uniform_noise(gens, [1] * NUM_DRAWS, 1),
+        emit_uniforms(gens),
+        tail.unsqueeze(1) if with_tail else None,
+        keys.unsqueeze(1) if with_tail else None,
+    )
+    return float((num == 2).double().mean())
+
+
+def test_flat_draft_equal_to_target_is_accepted_whole_with_a_tail() -> None:
     """Draft = target, both flat: top-4 alone carries a fraction of the mass and the verifier
-    accepts about that fraction; with the tail it accepts sum(min(p, q)), most of it."""
+    accepts about that fraction; with the tail the drafter and the verifier pick the same
+    unlisted token from the shared noise, and every draft is accepted."""
     gen = torch.Generator().manual_seed(1)
     p = torch.softmax(torch.randn(VOCAB, generator=gen) * 0.3, -1)  # [V] flat
-    top, ids = p.topk(4)
-    tail = 1.0 - top.sum()
-    q_tail = torch.full((VOCAB,), float(tail) / (VOCAB - 4))
-    q_tail[ids] = top
-    rates = {}
-    for name, probs, tails, q in (
-        ("top4", top / top.sum(), None, torch.zeros(VOCAB).scatter(0, ids, top / top.sum())),
-        ("top4+tail", top, torch.tensor(float(tail)), q_tail),
-    ):
-        gens = make_generators(list(range(NUM_DRAWS)))
-        drafts = torch.multinomial(q, NUM_DRAWS, replacement=True, generator=gen)  # x ~ q
-        _, num = rejection_sample(
-            drafts.view(-1, 1),
-            torch.ones(NUM_DRAWS, dtype=torch.long),
-            ids.expand(NUM_DRAWS, 1, -1),
-            probs.expand(NUM_DRAWS, 1, -1),
-            p.expand(NUM_DRAWS, 2, -1),
-            torch.zeros(NUM_DRAWS, dtype=torch.bool),
-            uniform_noise(gens, [1] * NUM_DRAWS, 1),
-            emit_uniforms(gens),
-            None if tails is None else tails.expand(NUM_DRAWS, 1),
-        )
-        rates[name] = float((num == 2).double().mean())
-        expected = float(torch.minimum(p, q).sum())
-        assert abs(rates[name] - expected) < 0.02, (name, rates[name], expected)
-    assert rates["top4+tail"] > 0.85 > 0.3 > rates["top4"]
+    top4 = float(p.topk(4).values.sum())
+    assert abs(accept_rate(p, p, 4, with_tail=False) - top4) < 0.02
+    assert accept_rate(p, p, 4, with_tail=True) == 1.0
+
+
+def test_tail_acceptance_between_the_gumbel_bound_and_the_overlap() -> None:
+    """Draft != target: the listed tokens are accepted as in plain rejection sampling, the tail
+    at least as often as the Gumbel coupling guarantees and never more than sum(min(p, q))."""
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(VOCAB, generator=gen)
+    p = torch.softmax(logits, -1)
+    q = torch.softmax(logits + 0.4 * torch.randn(VOCAB, generator=gen), -1)
+    rate = accept_rate(p, q, 4, with_tail=True)
+    overlap = float(torch.minimum(p, q).sum())
+    assert overlap / (2 - overlap) - 0.02 < rate < overlap + 0.02
+    assert rate > accept_rate(p, q, 4, with_tail=False) + 0.1

@@ -7,7 +7,7 @@ import pytest
 import torch
 from sampling_batches import random_batch
 
-from daemon.runtime.sampling.rejection import PLACEHOLDER_TOKEN_ID
+from daemon.runtime.sampling.rejection import PLACEHOLDER_TOKEN_ID, rejection_sample
 
 P = PLACEHOLDER_TOKEN_ID
 VOCAB = 6
@@ -197,7 +197,14 @@ def test_mismatched_shapes_raise(sampler: Callable) -> None:
 def test_output_invariants_on_random_batches(sampler: Callable) -> None:
     gen = torch.Generator().manual_seed(1)
     for num_sparse in (None, 3):
-        inputs = random_batch(gen, num_seqs=64, max_k=4, vocab_size=9, num_sparse=num_sparse)
+        inputs = random_batch(
+            gen,
+            num_seqs=64,
+            max_k=4,
+            vocab_size=9,
+            num_sparse=num_sparse,
+            with_tails=sampler is rejection_sample,
+        )  # the kernel takes none
         out, num = sampler(*inputs.args())
         num_draft = inputs.num_draft_tokens
         assert ((num >= 1) & (num <= num_draft + 1)).all()

@@ -12,6 +12,7 @@ import pytest
 import scipy.stats
 import torch
 
+from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 from daemon.runtime.sampling.logits import process_logits, sparse_top_k
 from daemon.runtime.sampling.random import (
@@ -65,16 +66,17 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
     q0, q1 = draft_tables(gen)
     gens = make_generators([seed * NUM_ROWS + row for row in range(NUM_ROWS)])
     ids0, sp0 = sparse_top_k(q0.expand(NUM_ROWS, -1), num_sparse)  # [N, S]
-    sparse_tail = None
+    sparse_tail = tail_keys = None
     if mode == "point":  # greedy draft: point masses on the draft's argmax
         x0 = ids0[:, 0]
         x1 = q1[x0].argmax(-1)
         sparse_ids = sparse_probs = None
-    elif mode == "tail":  # top-S with their own probabilities, the rest spread evenly
-        ids0, sp0, tail0 = with_tail(q0.expand(NUM_ROWS, -1), num_sparse)
-        x0 = sample_sparse(*dense(ids0, sp0, tail0), gens)
-        ids1, sp1, tail1 = with_tail(q1[x0], num_sparse)
-        x1 = sample_sparse(*dense(ids1, sp1, tail1), gens)
+    elif mode == "tail":  # top-S with their own probabilities, the rest as a tail
+        tail_keys = torch.stack([field_keys(list(range(NUM_ROWS)), [seed * 2 + j] * NUM_ROWS)
+                                 for j in range(2)], dim=1)  # [N, 2]  # fmt: skip
+        ids0, sp0, tail0, x0 = draft_with_tail(q0.expand(NUM_ROWS, -1), num_sparse,
+                                               tail_keys[:, 0], gens)  # fmt: skip
+        ids1, sp1, tail1, x1 = draft_with_tail(q1[x0], num_sparse, tail_keys[:, 1], gens)
         sparse_ids, sparse_probs = torch.stack([ids0, ids1], 1), torch.stack([sp0, sp1], 1)
         sparse_tail = torch.stack([tail0, tail1], 1)
     else:
@@ -92,6 +94,7 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
         uniform_noise(gens, [2] * NUM_ROWS, 2),
         emit_uniforms(gens),
         sparse_tail,
+        tail_keys,
     )
     t0 = out[:, 0]
     # one token emitted: the next round samples t1 from P1[t0]
@@ -100,19 +103,19 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
     return t0, t1, x0, p0, p1
 
 
-def with_tail(q: torch.Tensor, num_sparse: int) -> tuple[torch.Tensor, ...]:
-    """q [N, V] -> its top-S ids and probabilities [N, S] (not renormalised) and the tail
-    mass [N] spread evenly over the other V - S tokens."""
+def draft_with_tail(
+    q: torch.Tensor, num_sparse: int, keys: torch.Tensor, gens: list[torch.Generator | None]
+) -> tuple[torch.Tensor, ...]:
+    """Drafts as the draft sampler does: q [N, V] -> its top-S ids and probabilities [N, S]
+    (not renormalised), the tail mass [N] and the draft tokens [N]: a listed token with its
+    probability, else the tail, whose token is the Gumbel-max of q over the unlisted ones
+    with the position's field (keys [N])."""
     probs, ids = q.topk(num_sparse, dim=-1)
-    return ids, probs, (1.0 - probs.sum(-1)).clamp(min=0.0)
-
-
-def dense(ids: torch.Tensor, probs: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The same proposal over the whole vocabulary: ids [N, V], probs [N, V]."""
-    num_rows, num_sparse = ids.shape
-    q = (tail / (VOCAB - num_sparse)).unsqueeze(-1).expand(num_rows, VOCAB).clone()
-    q.scatter_(-1, ids, probs)
-    return torch.arange(VOCAB).expand(num_rows, -1), q
+    tail = (1.0 - probs.sum(-1)).clamp(min=0.0)
+    with_marker = torch.cat([ids, torch.full_like(ids[:, :1], VOCAB)], dim=-1)  # V: the tail
+    choice = sample_sparse(with_marker, torch.cat([probs, tail.unsqueeze(-1)], -1), gens)
+    unlisted = gumbel_argmax(q.clone(), keys, ids, are_probs=True)
+    return ids, probs, tail, torch.where(choice == VOCAB, unlisted, choice)
 
 
 CASES = {

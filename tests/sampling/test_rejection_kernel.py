@@ -58,7 +58,8 @@ def test_triton_matches_reference_on_random_batches(num_sparse: int | None) -> N
     accepted = []
     for max_k, vocab in ((3, 8), (5, 13), (0, 7)):
         inputs = random_batch(gen, num_seqs=24, max_k=max_k, vocab_size=vocab,
-                              num_sparse=num_sparse and min(num_sparse, vocab))  # fmt: skip
+                              num_sparse=num_sparse and min(num_sparse, vocab),
+                              with_tails=False)  # fmt: skip
         accepted.append(assert_same(inputs.args()) - 1)
     # the batches exercise both acceptance and rejection
     all_accepted = torch.cat(accepted)
@@ -70,7 +71,7 @@ def test_triton_several_vocab_blocks_and_ties() -> None:
     """Blocks of 4 over V = 18 (a partial last block); uniform targets make every argmax a
     tie, which both must break to the first index, and put CDF ends on block edges."""
     gen = torch.Generator().manual_seed(3)
-    inputs = random_batch(gen, num_seqs=16, max_k=3, vocab_size=18, num_sparse=5)
+    inputs = random_batch(gen, num_seqs=16, max_k=3, vocab_size=18, num_sparse=5, with_tails=False)
     assert_same(inputs.args(), max_block_v=4)
     inputs.target_probs = torch.full_like(inputs.target_probs, 1 / 18)
     inputs.emit_uniform = torch.arange(16, dtype=torch.float64) / 16
@@ -90,7 +91,7 @@ def test_triton_all_greedy_and_all_sampled_batches() -> None:
 
 @kernel_only
 def test_triton_empty_batch() -> None:
-    inputs = random_batch(torch.Generator().manual_seed(5), 0, 2, 6, num_sparse=2)
+    inputs = random_batch(torch.Generator().manual_seed(5), 0, 2, 6, num_sparse=2, with_tails=False)
     from daemon.runtime.sampling.rejection_triton import rejection_sample_triton
 
     out, num = rejection_sample_triton(*inputs.args())

@@ -1,7 +1,8 @@
 """The residual max(0, p - q) built in place (one subtract-and-clamp per row, then the listed
 tokens and the draft token fixed up) equals the one from the dense proposal q, built the
-plain way from the proposal convention in rejection.py: listed tokens, the tail spread over
-the unlisted ones, point masses, padding entries repeating a listed id, bonus rows."""
+plain way from the proposal convention in rejection.py: listed tokens, the tail over the
+unlisted ones shaped like the target there, point masses, padding entries repeating a listed
+id, bonus rows."""
 
 import torch
 
@@ -11,6 +12,7 @@ VOCAB = 50
 
 
 def dense_q(
+    p: torch.Tensor,  # [B, V] the target at each row's position
     drafts: torch.Tensor,  # [B, K]
     num_draft: torch.Tensor,  # [B]
     position: torch.Tensor,  # [B]
@@ -30,7 +32,11 @@ def dense_q(
         if not listed and tail == 0.0:
             q[b, drafts[b, j]] = 1.0
             continue
-        q[b] = tail / (VOCAB - len(listed))
+        unlisted = torch.ones(VOCAB, dtype=torch.bool)
+        unlisted[list(listed)] = False
+        p_unlisted = float(p[b][unlisted].sum())
+        if p_unlisted > 0:
+            q[b] = torch.where(unlisted, tail * p[b] / p_unlisted, 0.0)
         for token, prob in listed.items():
             q[b, token] = prob
     return q
@@ -66,9 +72,9 @@ def test_in_place_residual_matches_the_dense_proposal() -> None:
     for seed in range(20):
         for with_sparse in (True, False):
             p, drafts, num_draft, position, sparse = make_case(seed, with_sparse)
-            expected = (p - dense_q(drafts, num_draft, position, sparse)).clamp(min=0.0)
+            expected = (p - dense_q(p, drafts, num_draft, position, sparse)).clamp(min=0.0)
             got = _residual_in_place(p.clone(), drafts, num_draft, position, sparse)
-            torch.testing.assert_close(got, expected, rtol=0, atol=1e-7)
+            torch.testing.assert_close(got, expected, rtol=0, atol=2e-7)
 
 
 def test_bonus_rows_keep_p_untouched() -> None:

@@ -11,6 +11,7 @@ from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals
 from daemon.runtime.sampling.dispatch import rejection_sample_for_device
+from daemon.runtime.sampling.gumbel_field import field_keys
 from daemon.runtime.sampling.logits import process_logits
 from daemon.runtime.sampling.random import emit_uniforms, uniform_noise
 
@@ -54,6 +55,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
         uniform,
         emit_uniform,
         _trim(proposals.sparse_tail, max_k),
+        _tail_keys(seqs, proposals.sparse_tail, max_k),
     )
     out_lists, counts = out.tolist(), num_out.tolist()
     return Verdict(
@@ -79,6 +81,18 @@ def _target_probs(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
         inplace=True,
     )
     return probs.reshape(num_seqs, rows, vocab)
+
+
+def _tail_keys(
+    seqs: list[Sequence], sparse_tail: torch.Tensor | None, max_k: int
+) -> torch.Tensor | None:
+    """[B, K] the Gumbel field key of every draft position (the draft seed and the absolute
+    position the draft sits at), where some proposal has a tail; else None."""
+    if sparse_tail is None or not bool((sparse_tail > 0).any()):
+        return None
+    seeds = [s.draft_seed for s in seqs for _ in range(max_k)]
+    positions = [len(s.token_ids) + j for s in seqs for j in range(max_k)]
+    return field_keys(seeds, positions).view(len(seqs), max_k)
 
 
 def _trim(sparse: torch.Tensor | None, max_k: int) -> torch.Tensor | None:

@@ -1,13 +1,16 @@
 """How a draft model turns one step's logits into draft tokens.
 
 Greedy rows draft the argmax (a point mass). Sampled rows draft from the draft's own
-distribution at the request's temperature, sent as its top `sparse_top_k` tokens and a tail
-(the rest of the mass, spread evenly over the unlisted tokens), quantised to integer counts
-out of N = 2^15 (sampling/quantized.py). The integer draw of (draft seed, absolute position)
-picks the entry whose cumulative count range holds it; a draw in the tail's range picks an
-unlisted token with a second keyed word (sampling/keyed_random.py). Those counts are what the
-verifier receives, so it knows q exactly, and the same prefix drafts the same token wherever
-and whenever it is drafted.
+distribution at the request's temperature, sent as its most likely tokens (at most
+`sparse_top_k`, and no more than it takes to cover `sparse_mass` of the distribution) and a
+tail (the rest of the mass), quantised to integer counts out of N = 2^15
+(sampling/quantized.py). The integer draw of (draft seed, absolute position) picks the entry
+whose cumulative count range holds it (sampling/keyed_random.py); a draw in the tail's range
+picks the unlisted token that maximises log q + G, G the Gumbel field of (draft seed,
+position) (sampling/gumbel_field.py): a sample from the draft's own distribution over the
+unlisted tokens, which the verifier couples with its own (see sampling/rejection.py). The
+counts are what the verifier receives, and the same prefix drafts the same token wherever and
+whenever it is drafted.
 
 With `with_alternatives`, every row also reports the draft's best tokens at that position
 and their probabilities (its guesses for a correction there, used to plan pre-drafted
@@ -20,6 +23,7 @@ import torch
 
 from daemon.runtime.proposers.drafts import SparseDraw
 from daemon.runtime.sampling.argmax import argmax_last
+from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
 from daemon.runtime.sampling.keyed_random import keyed_draw, keyed_u64
 from daemon.runtime.sampling.logits import process_logits, top_k
 from daemon.runtime.sampling.quantized import (
@@ -52,12 +56,17 @@ class DraftStep:
 
 
 class DraftSampler:
-    def __init__(self, sparse_top_k: int, num_alternatives: int = 1) -> None:
+    def __init__(
+        self, sparse_top_k: int, num_alternatives: int = 1, sparse_mass: float = 1.0
+    ) -> None:
         if sparse_top_k < 1:
             raise ValueError(f"sparse_top_k must be >= 1, got {sparse_top_k}")
         if num_alternatives < 1:
             raise ValueError(f"num_alternatives must be >= 1, got {num_alternatives}")
+        if not 0.0 < sparse_mass <= 1.0:
+            raise ValueError(f"sparse_mass must be in (0, 1], got {sparse_mass}")
         self.sparse_top_k = sparse_top_k
+        self.sparse_mass = sparse_mass  # list tokens until they cover this much of q
         self.num_alternatives = num_alternatives  # best tokens reported per row
 
     def sample(
@@ -123,21 +132,29 @@ class DraftSampler:
             inplace=True,
         )
         vocab_size = probs.shape[-1]
-        top, ids = top_k(probs, min(self.sparse_top_k, vocab_size))  # [A', S]
+        top, ids = top_k(probs, min(self.sparse_top_k, vocab_size))  # [A', S] best first
+        if self.sparse_mass < 1.0:  # list no more than it takes to cover sparse_mass
+            top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
         counts, tails = quantize_with_tail(top)  # [A', S], [A'] int64: rows sum to 2^15
         draws = torch.tensor([keyed_draw(k.draft_seed, k.position, PROPOSAL_BITS) for k in keys])
         # [A'] index into [counts..., tail]: S means the tail
         choice = sample_from_counts(torch.cat([counts, tails.unsqueeze(-1)], -1), draws)
         num_listed = ids.shape[-1]
         picked = ids.gather(-1, choice.clamp(max=num_listed - 1).unsqueeze(-1)).squeeze(-1)
+        in_tail = (choice == num_listed).nonzero().flatten().tolist()
+        if in_tail:  # the Gumbel-max of q over the unlisted tokens, with the shared field
+            rows = torch.tensor(in_tail)
+            listed = torch.where(counts[rows] > 0, ids[rows], -1)  # [T, S]
+            tail_keys = field_keys(
+                [keys[r].draft_seed for r in in_tail], [keys[r].position for r in in_tail]
+            )
+            picked[rows] = gumbel_argmax(probs[rows], tail_keys, listed, are_probs=True)
         out = []
-        for r, (key, token, index) in enumerate(
-            zip(keys, picked.tolist(), choice.tolist(), strict=True)
-        ):
-            if index == num_listed:  # the tail: a uniformly random unlisted token
-                listed = ids[r][counts[r] > 0].tolist()
+        for r, (key, token) in enumerate(zip(keys, picked.tolist(), strict=True)):
+            if token < 0:  # no unlisted token has any probability: any unlisted one will do
+                listed_ids = ids[r][counts[r] > 0].tolist()
                 word = keyed_u64(key.draft_seed ^ TAIL_SALT, key.position)
-                token = unlisted_token(listed, vocab_size, word)
+                token = unlisted_token(listed_ids, vocab_size, word)
             out.append((token, SparseDraw(ids[r], counts[r], int(tails[r]))))
         return out
 

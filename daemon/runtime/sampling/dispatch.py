@@ -1,5 +1,7 @@
 """Pick the rejection sampler for the device: the Triton kernel on CUDA (inputs drawn on the
-host are moved there first), the torch reference elsewhere.
+host are moved there first), the torch reference elsewhere and for proposals with a tail
+(the kernel handles listed tokens and point masses; an unlisted draft's class test and its
+coupled token go through the reference, which runs on CUDA tensors as well).
 
 Triton is imported only on CUDA: on CPU it is never used, costs an import, and its bindings
 print leak warnings when the interpreter exits."""
@@ -19,8 +21,12 @@ def rejection_sample_for_device(
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
+    tail_keys: torch.Tensor | None = None,  # [B, K] int64
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if target_probs.device.type == "cuda":
+    has_tail = draft_sparse_tail is not None and bool((draft_sparse_tail > 0).any())
+    if not has_tail:
+        draft_sparse_tail = tail_keys = None
+    if target_probs.device.type == "cuda" and not has_tail:
         from daemon.runtime.sampling import rejection_triton
 
         if rejection_triton.HAS_TRITON:
@@ -28,10 +34,13 @@ def rejection_sample_for_device(
             return rejection_triton.rejection_sample_triton(
                 *(None if t is None else t.to(device, non_blocking=True)
                   for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids,
-                            draft_sparse_probs, target_probs, is_greedy, uniform, emit_uniform,
-                            draft_sparse_tail))
+                            draft_sparse_probs, target_probs, is_greedy, uniform,
+                            emit_uniform))
             )  # fmt: skip
+    device = target_probs.device
     return rejection_sample(
-        draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
+        *(None if t is None else t.to(device, non_blocking=True)
+          for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
+                    target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
+                    tail_keys))
     )  # fmt: skip

@@ -11,10 +11,19 @@ Greedy rows accept while draft == argmax p and emit argmax p.
 Proposal convention (q, per sequence b and position j):
   * draft_sparse_ids / draft_sparse_probs is None: every q is a point mass on the draft token
     (greedy draft, n-gram lookup).
-  * otherwise q = sum_s probs[b, j, s] * onehot(ids[b, j, s]) on the L listed tokens (those
-    with a non-zero prob; their ids must be unique within a position), and
-    tail[b, j] / (V - L) on each of the other V - L tokens (draft_sparse_tail None: no tail).
-    Padding entries have prob 0 (any in-range id).
+  * otherwise q lists the L tokens with a non-zero prob: q(ids[b, j, s]) = probs[b, j, s]
+    (their ids unique within a position), and puts the tail mass tail[b, j] on the other
+    tokens, the unlisted set U, shaped like the target there: q(i) = tail * p(i) / p(U) for
+    i in U (draft_sparse_tail None: no tail). Padding entries have prob 0 (any in-range id).
+    The drafter cannot sample that shape (it does not know p), and need not: the accept test
+    of an unlisted draft is the test of the class U (accept with min(1, p(U) / tail), the same
+    for every token of U), and the token the class stands for is the verifier's own sample
+    from p restricted to U, y = argmax_{i in U} (log p_i + G_i), with G the Gumbel field of
+    the draft position (gumbel_field.py, keyed by `tail_keys`). The drafter drew its own
+    unlisted token as argmax_{i in U} (log q_i + G_i) with the same field, so the two agree
+    most of the time (always when q = p on U); the draft is accepted when they do. When they
+    differ, y is emitted there and the round ends: it is still exactly the token the proposal
+    q would have had accepted. The residual max(0, p - q) on U is p * max(0, 1 - tail / p(U)).
   * a position whose sparse probs and tail are ALL zero is a point mass on
     draft_token_ids[b, j]; that is how greedy and sampled drafts share one batch.
 Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
@@ -30,9 +39,11 @@ import torch
 
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.checks import check_rejection_inputs
+from daemon.runtime.sampling.gumbel_field import gumbel_argmax
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 
 PLACEHOLDER_TOKEN_ID = -1
+MIN_MASS = 1e-30  # p(U) below this is taken as no mass at all (no division by zero)
 
 
 def rejection_sample(
@@ -45,12 +56,13 @@ def rejection_sample(
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
+    tail_keys: torch.Tensor | None = None,  # [B, K] int64 Gumbel field keys (where tail > 0)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns output_token_ids [B, K+1] int64 (accepted drafts, then the correction or bonus
     token, PLACEHOLDER_TOKEN_ID after) and num_output_tokens [B] int64 = accepted + 1."""
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
+        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail, tail_keys,
     )  # fmt: skip
     if draft_sparse_tail is None and draft_sparse_ids is not None:
         draft_sparse_tail = torch.zeros(draft_token_ids.shape, device=draft_token_ids.device)
@@ -67,7 +79,10 @@ def rejection_sample(
         return _greedy(draft_token_ids, is_real, target_argmax)
     # [B, K]
     p_draft = target_probs[:, :max_k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    q_draft = _proposal_prob_of_draft(drafts, sparse, target_probs.shape[-1])
+    q_draft, is_tail = _proposal_prob_of_draft(drafts, sparse, is_greedy)
+    if is_tail is not None:  # an unlisted draft is tested as its class U: p(U) against the tail
+        assert sparse is not None
+        p_draft = torch.where(is_tail, _unlisted_mass(target_probs[:, :max_k], sparse), p_draft)
     # u * q(x) < p(x)  <=>  u < p(x) / q(x): accept with prob min(1, p/q); q <= p always accepts
     # and p(x) == 0 never does.
     accept = uniform * q_draft < p_draft
@@ -75,6 +90,11 @@ def rejection_sample(
         accept_greedy = draft_token_ids == target_argmax[:, :max_k]
         accept = torch.where(is_greedy.unsqueeze(-1), accept_greedy, accept)
     accept &= is_real
+    coupled = None  # [B, K] the verifier's own token of an accepted class U, else -1
+    if is_tail is not None:
+        assert sparse is not None
+        coupled = _coupled_tokens(accept, is_tail, sparse, target_probs, tail_keys)
+        accept &= ~is_tail | (coupled == drafts)
     # [B] length of the accepted prefix, in [0, num_draft]
     num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)
 
@@ -82,7 +102,48 @@ def rejection_sample(
         drafts, num_draft_tokens, num_accepted, sparse, target_probs, target_argmax,
         is_greedy, emit_uniform,
     )  # fmt: skip
+    if coupled is not None:  # stopped at an accepted class U whose token differs: y stands
+        at = num_accepted.clamp(max=max_k - 1).unsqueeze(-1)  # [B, 1]
+        forced = coupled.gather(1, at).squeeze(1)  # [B]
+        token = torch.where((num_accepted < num_draft_tokens) & (forced >= 0), forced, token)
     return _assemble(draft_token_ids, num_accepted, token)
+
+
+def _unlisted_mass(
+    target_probs: torch.Tensor,  # [B, K, V] the target at the draft positions
+    sparse: "_Sparse",
+) -> torch.Tensor:
+    """p(U) [B, K]: the target's mass outside each position's listed tokens."""
+    listed = sparse.probs > 0  # [B, K, S] (listed ids are unique)
+    p_listed = torch.where(listed, target_probs.gather(-1, sparse.ids), 0.0).sum(dim=-1)
+    return (1.0 - p_listed).clamp(min=0.0)
+
+
+def _coupled_tokens(
+    accept: torch.Tensor,  # [B, K] the accept tests so far (an unlisted draft: its class)
+    is_tail: torch.Tensor,  # [B, K] the draft is unlisted under a non-zero tail
+    sparse: "_Sparse",
+    target_probs: torch.Tensor,  # [B, K+1, V]
+    tail_keys: torch.Tensor | None,  # [B, K]
+) -> torch.Tensor:
+    """[B, K] the verifier's sample from p restricted to U, argmax_{i in U} (log p_i + G_i),
+    at each unlisted draft whose class and every earlier draft passed (the only positions
+    where it can matter); -1 elsewhere."""
+    if tail_keys is None:
+        raise ValueError("tail_keys are needed where a proposal has a non-zero tail")
+    reached = accept.long().cumprod(dim=-1).bool() & is_tail  # [B, K]
+    coupled = torch.full(accept.shape, -1, dtype=torch.long, device=accept.device)
+    rows, positions = reached.nonzero(as_tuple=True)  # [E]
+    if rows.numel():
+        listed = sparse.probs[rows, positions] > 0  # [E, S]
+        excluded = torch.where(listed, sparse.ids[rows, positions], -1)
+        coupled[rows, positions] = gumbel_argmax(
+            target_probs[rows, positions],  # [E, V] a copy: the listed tokens are zeroed
+            tail_keys[rows, positions],
+            excluded,
+            are_probs=True,
+        )
+    return coupled
 
 
 def _greedy(
@@ -131,27 +192,24 @@ class _Sparse:
         return _Sparse(ids, probs.float(), tail.float())
 
 
-def _tail_each(tail: torch.Tensor, probs: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """[...] q of each unlisted token: tail / (V - L), L = the listed (non-zero) entries."""
-    num_listed = (probs > 0).sum(dim=-1)
-    return tail / (vocab_size - num_listed).clamp(min=1).float()
-
-
 def _proposal_prob_of_draft(
     drafts: torch.Tensor,  # [B, K]
     sparse: _Sparse | None,
-    vocab_size: int,
-) -> torch.Tensor:
-    """q(x) [B, K] for each draft token x."""
+    is_greedy: torch.Tensor,  # [B]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q(x) [B, K] for each draft token x, and where x is unlisted under a non-zero tail
+    (then q is the tail: the mass of its class U), or None if no draft is."""
     if sparse is None:
-        return torch.ones(drafts.shape, dtype=torch.float32, device=drafts.device)
+        return torch.ones(drafts.shape, dtype=torch.float32, device=drafts.device), None
     # [B, K, S] the entry listing x (at most one has a non-zero prob)
     hit = (sparse.ids == drafts.unsqueeze(-1)) & (sparse.probs > 0)
     listed = torch.where(hit, sparse.probs, 0.0).sum(dim=-1)  # [B, K]
-    q = torch.where(hit.any(dim=-1), listed, _tail_each(sparse.tail, sparse.probs, vocab_size))
+    is_listed = hit.any(dim=-1)
+    q = torch.where(is_listed, listed, sparse.tail)
     # all-zero sparse probs and tail: point mass on the draft token
     is_point_mass = (sparse.probs == 0).all(dim=-1) & (sparse.tail == 0)
-    return torch.where(is_point_mass, 1.0, q)
+    is_tail = ~is_listed & (sparse.tail > 0) & ~is_greedy.unsqueeze(-1)
+    return torch.where(is_point_mass, 1.0, q), is_tail if bool(is_tail.any()) else None
 
 
 def _emitted_token(
@@ -192,13 +250,12 @@ def _residual_in_place(
     sparse: _Sparse | None,
 ) -> torch.Tensor:
     """max(0, p - q) [B, V] with q the proposal at each row's `position` (all zero where
-    position == num_draft: the bonus), without building q densely: q is one constant on the
-    unlisted tokens (the tail's share) and differs only at the S listed tokens and the draft
-    token, so the whole row takes one subtract-and-clamp and those few entries are fixed up."""
+    position == num_draft: the bonus), without building q densely: on the unlisted tokens q is
+    p scaled by tail / p(U), so the whole row takes one multiply and only the S listed tokens
+    and the draft token are fixed up."""
     max_k = drafts.shape[1]
     if max_k == 0:
         return p
-    vocab_size = p.shape[-1]
     # [B] a draft position exists (rejection) rather than the bonus slot
     has_draft = position < num_draft
     at = position.clamp(max=max_k - 1).unsqueeze(-1)  # [B, 1]
@@ -213,8 +270,13 @@ def _residual_in_place(
         probs = torch.where(has_draft.unsqueeze(-1), probs, 0.0)
         tail = torch.where(has_draft, sparse.tail.gather(1, at).squeeze(1), 0.0)  # [B]
         p_at_ids = p.gather(1, ids)  # [B, S] before the rows change
-        # every token as if unlisted: p - tail share, then the listed ones
-        p.sub_(_tail_each(tail, probs, vocab_size).unsqueeze(-1)).clamp_(min=0.0)
+        # every token as if unlisted: q = tail * p / p(U) there, so p - q = p * (1 - tail /
+        # p(U)); then the listed ones
+        p_unlisted = (1.0 - torch.where(probs > 0, p_at_ids, 0.0).sum(dim=-1)).clamp(min=0.0)
+        keep = torch.where(
+            tail > 0, (1.0 - tail / p_unlisted.clamp(min=MIN_MASS)).clamp(min=0.0), 1.0
+        )  # [B]
+        p.mul_(keep.unsqueeze(-1))
         # [B, S, S'] entry s names the token that listed entry s' lists (padding entries,
         # prob 0, may repeat a listed id: they must write that token's value too)
         lists = (ids.unsqueeze(-1) == ids.unsqueeze(-2)) & (probs.unsqueeze(-2) > 0)

@@ -34,16 +34,24 @@ def rejection_sample_triton(
     is_greedy: torch.Tensor,  # [B] bool
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
-    draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
+    draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32, all zero
+    tail_keys: torch.Tensor | None = None,  # [B, K] int64: unused without a tail
     max_block_v: int = MAX_BLOCK_V,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel; same contract as `rejection.rejection_sample`. `max_block_v` (a power of
-    two) caps the vocabulary block; tests lower it to run several blocks on a small vocab."""
+    """The kernel; same contract as `rejection.rejection_sample` for proposals without a tail
+    (an unlisted draft's coupled token is the reference's: `rejection_sample_for_device`
+    routes tails there). `max_block_v` (a power of two) caps the vocabulary block; tests
+    lower it to run several blocks on a small vocab."""
     if not HAS_TRITON:
         raise RuntimeError("triton is not installed; use rejection_sample_for_device")
+    if draft_sparse_tail is not None and bool((draft_sparse_tail != 0).any()):
+        raise ValueError(
+            "the Triton rejection kernel takes proposals without a tail; "
+            "use rejection_sample_for_device, which sends tails to the reference"
+        )
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
+        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail, tail_keys,
     )  # fmt: skip
     num_seqs, max_k = draft_token_ids.shape
     vocab_size = target_probs.shape[-1]
