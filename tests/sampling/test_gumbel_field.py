@@ -104,3 +104,52 @@ def test_shared_noise_couples_close_distributions() -> None:
     # Gumbel coupling: at least (1 - tv) / (1 + tv), at most the overlap 1 - tv
     assert (overlap / (2 - overlap)) - 0.03 < agree <= overlap + 0.03
     assert agree > 10 * float((p * q).sum())
+
+
+def test_rows_of_a_larger_tensor_and_the_scores_left_as_they_were() -> None:
+    gen = torch.Generator().manual_seed(6)
+    scores = torch.softmax(torch.randn(10, 700, generator=gen) * 2, -1)  # [R, V]
+    before = scores.clone()
+    rows = torch.tensor([7, 2, 5])
+    keys = field_keys([1, 2, 3], [4, 4, 4])
+    excluded = scores[rows].topk(6).indices  # [3, 6]
+    got = gumbel_argmax(scores, keys, excluded, are_probs=True, rows=rows)
+    assert torch.equal(scores, before)
+    expected = gumbel_argmax(scores[rows].clone(), keys, excluded, are_probs=True)
+    assert got.tolist() == expected.tolist()
+    assert not set(got.tolist()) & set(excluded.flatten().tolist())
+    with pytest.raises(ValueError, match="keys"):
+        gumbel_argmax(scores, keys)
+
+
+def test_many_blocks_entries_are_gumbel_and_gumbel_max_samples_across_them() -> None:
+    vocab = 9000  # 141 blocks, the last one short
+    field = dense_field(field_keys(list(range(16)), [9] * 16), vocab)  # [16, V]
+    assert abs(float(field.mean()) - EULER_GAMMA) < 0.02
+    assert abs(float((field <= 0).double().mean()) - math.exp(-1)) < 0.01
+    # the largest entry of each row is Gumbel(log V): P(max <= log V) = exp(-1)
+    maxima = dense_field(field_keys(list(range(3000)), [1] * 3000), vocab).amax(-1)
+    assert abs(float((maxima <= math.log(vocab)).double().mean()) - math.exp(-1)) < 0.03
+    # tokens in different blocks and groups, sampled in proportion
+    logits = torch.full((vocab,), -4.0)
+    favoured = torch.tensor([5, 70, 4100, 8191, 8999])
+    logits[favoured] = torch.tensor([1.0, 0.5, 0.0, 1.5, -0.5])
+    p = torch.softmax(logits, -1)
+    draws = 6000
+    keys = field_keys([3] * draws, list(range(draws)))
+    tokens = gumbel_argmax(logits.expand(draws, -1).clone(), keys)
+    cells = torch.full((vocab,), favoured.numel(), dtype=torch.long)  # the rest pooled
+    cells[favoured] = torch.arange(favoured.numel())
+    expected = torch.cat([p[favoured], (1 - p[favoured].sum()).view(1)])
+    assert chi_square_p(cells[tokens], expected) > MIN_P_VALUE
+
+
+def test_scores_made_under_inference_mode_are_searched_and_restored() -> None:
+    with torch.inference_mode():
+        scores = torch.softmax(torch.randn(4, 300, generator=torch.Generator().manual_seed(8)), -1)
+    before = scores.clone()
+    keys = field_keys([1, 2, 3, 4], [0, 0, 0, 0])
+    excluded = torch.tensor([[0, 1], [2, -1], [-1, -1], [5, 6]])
+    got = gumbel_argmax(scores, keys, excluded, are_probs=True)
+    assert torch.equal(scores, before)
+    assert got.tolist() == gumbel_argmax(before.clone(), keys, excluded, are_probs=True).tolist()

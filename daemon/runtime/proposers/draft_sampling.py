@@ -148,7 +148,7 @@ class DraftSampler:
             tail_keys = field_keys(
                 [keys[r].draft_seed for r in in_tail], [keys[r].position for r in in_tail]
             )
-            picked[rows] = gumbel_argmax(probs[rows], tail_keys, listed, are_probs=True)
+            picked[rows] = gumbel_argmax(probs, tail_keys, listed, are_probs=True, rows=rows)
         out = []
         for r, (key, token) in enumerate(zip(keys, picked.tolist(), strict=True)):
             if token < 0:  # no unlisted token has any probability: any unlisted one will do

@@ -26,6 +26,7 @@ Everything is integer arithmetic on int64 tensors (SplitMix64's finaliser, produ
 modulo 2^64, logical shifts by masking) and float64 logs: the same numbers on any device.
 """
 
+import contextlib
 import math
 
 import torch
@@ -160,14 +161,19 @@ def gumbel_argmax(
         rows = torch.arange(num_keys, device=scores.device)
     if excluded is None or not excluded.numel():
         return _search(scores, rows, keys, are_probs)
+    if not scores.is_contiguous():  # masking in place needs rows that own their memory
+        scores = scores.contiguous()
     key_index, entry = (excluded >= 0).nonzero(as_tuple=True)
     at_rows, at_tokens = rows[key_index], excluded[key_index, entry]
-    saved = scores[at_rows, at_tokens]
-    scores[at_rows, at_tokens] = _fill(are_probs)
-    try:
-        return _search(scores, rows, keys, are_probs)
-    finally:
-        scores[at_rows, at_tokens] = saved
+    # scores made under inference mode may only be updated in place under it
+    needs_mode = scores.is_inference() and not torch.is_inference_mode_enabled()
+    with torch.inference_mode() if needs_mode else contextlib.nullcontext():
+        saved = scores[at_rows, at_tokens]
+        scores[at_rows, at_tokens] = _fill(are_probs)
+        try:
+            return _search(scores, rows, keys, are_probs)
+        finally:
+            scores[at_rows, at_tokens] = saved
 
 
 def _fill(are_probs: bool) -> float:

@@ -137,11 +137,13 @@ def _coupled_tokens(
     if rows.numel():
         listed = sparse.probs[rows, positions] > 0  # [E, S]
         excluded = torch.where(listed, sparse.ids[rows, positions], -1)
+        num_positions, vocab_size = target_probs.shape[1:]
         coupled[rows, positions] = gumbel_argmax(
-            target_probs[rows, positions],  # [E, V] a copy: the listed tokens are zeroed
+            target_probs.reshape(-1, vocab_size),  # [B * (K+1), V] (a view when contiguous)
             tail_keys[rows, positions],
             excluded,
             are_probs=True,
+            rows=rows * num_positions + positions,
         )
     return coupled
 
