@@ -29,8 +29,9 @@ class Proposals:
     may be proposed: that is what keeps verification lossless.
 
     `sparse_ids`/`sparse_probs`/`sparse_tail` hold, for sampled drafts, the distribution each
-    draft token was drawn from: probs[s] on ids[s], and the tail mass spread evenly over the
-    V - L tokens not listed with a positive prob (L of them are). A position whose probs and
+    draft token was drawn from: probs[s] on ids[s], and the tail mass on the tokens not listed
+    with a positive prob (its token picked with the position's Gumbel field: see
+    sampling/rejection.py). A position whose probs and
     tail are all zero (or `sparse_ids is None` for the whole batch) was proposed
     deterministically: a point mass on the draft token (greedy drafting, n-gram lookup).
     """

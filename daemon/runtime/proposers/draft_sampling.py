@@ -34,7 +34,7 @@ from daemon.runtime.sampling.quantized import (
     unlisted_token,
 )
 
-TAIL_SALT = 0x5851F42D4C957F2D  # separates a draft's tail-token stream from its main draws
+TAIL_SALT = 0x5851F42D4C957F2D  # the fallback tail token's stream (no unlisted mass left)
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ NO_BRANCH = -1  # `adopt`: the verdict matched no prepared branch
 @dataclass(slots=True)
 class SparseDraw:
     """The distribution one sampled draft was drawn from, in counts out of PROPOSAL_TOTAL:
-    `counts[i]` on token `ids[i]`, and `tail` spread evenly over every token not listed with
-    a positive count (see sampling/quantized.py)."""
+    `counts[i]` on token `ids[i]`, and `tail` on the tokens not listed with a positive count
+    (see sampling/quantized.py)."""
 
     ids: torch.Tensor  # [S] int64; entries with count 0 are padding
     counts: torch.Tensor  # [S] int64; with `tail`, summing to PROPOSAL_TOTAL

@@ -14,7 +14,7 @@ Reply:    "SPDR" u8 version, u8 flags (2: 4-byte ids), u32 message id, u64 insta
           branches  u16 slot, u8 count, per branch: u8 accepted count, id token, drafts
 Drafts:   u8 n, n ids, then per draft u8 W (0: a point mass on the draft; else a sampled
           draft listing S = W - 1 tokens), S ids, S u16 counts, u16 tail count (the counts and
-          the tail sum to exactly 2^15; the tail is spread evenly over the unlisted tokens;
+          the tail sum to exactly 2^15; the tail is the mass of the unlisted tokens;
           zero counts are never sent).
 
 Ids are uint16 when every id in the message fits, else int32. Nothing in a round's messages

@@ -1,20 +1,19 @@
 """Exact, compact sparse proposals: integer counts out of N = 2^15.
 
 A sampled draft position's distribution is sent as its top-S tokens with their probabilities
-and a tail: the rest of its mass, spread evenly over every token not listed (with a positive
-count). At a real vocabulary and a flat distribution (high temperature, creative text) the
-top tokens hold little of the mass, and a proposal truncated to them would make the verifier
-reject nearly every draft; the tail keeps the proposal as small and still lets the drafts
-that come from the rest of the vocabulary be accepted as often as the target allows.
-The drafter draws from exactly this distribution (a tail draw picks a uniformly random
-unlisted token: `unlisted_token`).
+and a tail: the rest of its mass, on the tokens not listed (with a positive count). At a real
+vocabulary and a flat distribution (high temperature, creative text) the top tokens hold
+little of the mass, and a proposal truncated to them would make the verifier reject nearly
+every draft; the tail keeps the proposal as small and still lets the drafts that come from
+the rest of the vocabulary be accepted. How the tail's token is picked and tested (a shared
+Gumbel field, the target's shape on the unlisted tokens) is in sampling/rejection.py.
 
 The top-S probabilities and the tail are rounded to integer counts that sum to exactly N
 (largest-remainder rounding: floors first, then one more count to the entries with the
 largest remainders, ties to the more likely token). The draft token is drawn from those
 counts with an integer draw u in [0, N): the entry whose cumulative range [c_{i-1}, c_i)
 holds u. The verifier receives the counts and uses q = count / N, which float32 holds exactly
-(N is a power of two and counts are < 2^24), and tail / N / (V - L) for each unlisted token.
+(N is a power of two and counts are < 2^24), and tail / N for the class of unlisted tokens.
 
 So the numbers the drafter sampled from and the numbers the verifier tests against are the
 same integers on any hardware, in any process: that is what keeps a remote proposal lossless.
@@ -64,8 +63,9 @@ def quantize_with_tail(
 
 def unlisted_token(listed: list[int], vocab_size: int, word: int) -> int:
     """The uniformly random token outside `listed` (distinct ids) picked by the 64-bit random
-    `word`: index (word * n) >> 64 among the n = V - L unlisted tokens in id order (a bias of
-    at most n / 2^64)."""
+    `word` (the drafter's fallback when no unlisted token has any probability): index
+    (word * n) >> 64 among the n = V - L unlisted tokens in id order (a bias of at most
+    n / 2^64)."""
     num_unlisted = vocab_size - len(listed)
     if num_unlisted <= 0:
         raise ValueError("every token is listed: no tail to draw from")

@@ -26,47 +26,40 @@ def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _sparse_at(ids_ptr, probs_ptr, tail_ptr, S, V, is_valid, BLOCK_S: tl.constexpr):
-    """One position's sparse proposal: ids, probs [BLOCK_S], the q of each unlisted token
-    (tail / (V - L), L the non-zero entries) and whether probs and tail are all zero (the
-    point-mass convention). Nothing is read unless is_valid."""
+def _sparse_at(ids_ptr, probs_ptr, S, is_valid, BLOCK_S: tl.constexpr):
+    """One position's sparse proposal (without a tail: proposals with one go to the torch
+    reference): ids, probs [BLOCK_S] and whether probs are all zero (the point-mass
+    convention). Nothing is read unless is_valid."""
     offs = tl.arange(0, BLOCK_S)
     mask = offs < tl.where(is_valid, S, 0)
     ids = tl.load(ids_ptr + offs, mask=mask, other=-1)
     probs = tl.load(probs_ptr + offs, mask=mask, other=0.0)
-    tail = tl.load(tail_ptr, mask=is_valid, other=0.0)
     num_nonzero = tl.sum((probs != 0.0).to(tl.int32), axis=0)
-    num_unlisted = tl.maximum(V - num_nonzero, 1).to(tl.float32)
-    # IEEE division (plain `/` may be approximate on GPU): bit-equal to torch
-    tail_each = tl.math.div_rn(tail, num_unlisted)
-    return ids, probs, tail_each, (num_nonzero == 0) & (tail == 0.0)
+    return ids, probs, num_nonzero == 0
 
 
 @triton.jit
 def _residual_block(
-    p_ptr, v0, V, ids, probs, tail_each, point_id, point_weight, use_q,
+    p_ptr, v0, V, ids, probs, point_id, point_weight, use_q,
     BLOCK_V: tl.constexpr, HAS_SPARSE: tl.constexpr,
 ):  # fmt: skip
     """max(0, p - q) [BLOCK_V] float64 over entries v0 .. v0 + BLOCK_V (0 past V).
-    q = sparse (ids, probs; tail_each on unlisted tokens) + point_weight * onehot(point_id),
-    or 0 where not use_q."""
+    q = sparse (ids, probs) + point_weight * onehot(point_id), or 0 where not use_q."""
     offs = v0 + tl.arange(0, BLOCK_V)
     in_vocab = offs < V
     p = tl.load(p_ptr + offs, mask=in_vocab, other=0.0)
     q = tl.where(offs == point_id, point_weight, 0.0)
     if HAS_SPARSE:
-        # [BLOCK_V, BLOCK_S] -> [BLOCK_V]: q_v = the prob listed under id v, else the tail's
+        # [BLOCK_V, BLOCK_S] -> [BLOCK_V]: q_v = the prob listed under id v, else 0
         hit = (offs[:, None] == ids[None, :]) & (probs[None, :] > 0.0)
-        listed = tl.sum(tl.where(hit, probs[None, :], 0.0), axis=1)
-        is_listed = tl.sum(hit.to(tl.int32), axis=1) > 0
-        q += tl.where(is_listed, listed, tail_each)
+        q += tl.sum(tl.where(hit, probs[None, :], 0.0), axis=1)
     q = tl.where(use_q, q, 0.0)
     return tl.where(in_vocab, tl.maximum(p - q, 0.0), 0.0).to(tl.float64)
 
 
 @triton.jit
 def _inverse_cdf(
-    p_ptr, u, V, ids, probs, tail_each, point_id, point_weight, use_q,
+    p_ptr, u, V, ids, probs, point_id, point_weight, use_q,
     BLOCK_V: tl.constexpr, HAS_SPARSE: tl.constexpr,
 ):  # fmt: skip
     """The entry of max(0, p - q) whose float64 CDF range holds u * total (inverse_cdf.py's
@@ -75,8 +68,7 @@ def _inverse_cdf(
     last_positive = tl.full((), 0, tl.int64)
     for v0 in range(0, V, BLOCK_V):
         r = _residual_block(
-            p_ptr, v0, V, ids, probs, tail_each, point_id, point_weight, use_q, BLOCK_V,
-            HAS_SPARSE,
+            p_ptr, v0, V, ids, probs, point_id, point_weight, use_q, BLOCK_V, HAS_SPARSE,
         )  # fmt: skip
         total += tl.sum(r, axis=0)
         idx = tl.max(tl.where(r > 0.0, tl.arange(0, BLOCK_V), -1), axis=0)
@@ -86,8 +78,7 @@ def _inverse_cdf(
     token = tl.full((), -1, tl.int64)
     for v0 in range(0, V, BLOCK_V):
         r = _residual_block(
-            p_ptr, v0, V, ids, probs, tail_each, point_id, point_weight, use_q, BLOCK_V,
-            HAS_SPARSE,
+            p_ptr, v0, V, ids, probs, point_id, point_weight, use_q, BLOCK_V, HAS_SPARSE,
         )  # fmt: skip
         block_sum = tl.sum(r, axis=0)
         if (token < 0) & (running + block_sum > point):
@@ -104,7 +95,7 @@ def _inverse_cdf(
 
 @triton.jit
 def _accepts(
-    draft, target_row_ptr, sparse_ids_ptr, sparse_probs_ptr, sparse_tail_ptr, u, is_greedy,
+    draft, target_row_ptr, sparse_ids_ptr, sparse_probs_ptr, u, is_greedy,
     V, S, BLOCK_V: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SPARSE: tl.constexpr,
 ):  # fmt: skip
     """Greedy: draft == argmax p. Sampled: u * q(x) < p(x), i.e. accept w.p. min(1, p/q)."""
@@ -114,13 +105,10 @@ def _accepts(
         p_x = tl.load(target_row_ptr + draft)
         q_x = 1.0  # point mass
         if HAS_SPARSE:
-            ids, probs, tail_each, is_point = _sparse_at(
-                sparse_ids_ptr, sparse_probs_ptr, sparse_tail_ptr, S, V, True, BLOCK_S
-            )
+            ids, probs, is_point = _sparse_at(sparse_ids_ptr, sparse_probs_ptr, S, True, BLOCK_S)
             hit = (ids == draft) & (probs > 0.0)
             listed = tl.sum(tl.where(hit, probs, 0.0), axis=0)
-            is_listed = tl.sum(hit.to(tl.int32), axis=0) > 0
-            q_x = tl.where(is_point, 1.0, tl.where(is_listed, listed, tail_each))
+            q_x = tl.where(is_point, 1.0, listed)
         accepted = u * q_x < p_x
     return accepted
 
@@ -133,7 +121,6 @@ def rejection_kernel(
     num_draft_ptr,  # [B] int64
     sparse_ids_ptr,  # [B, K, S] int64 (unused without HAS_SPARSE)
     sparse_probs_ptr,  # [B, K, S] float32
-    sparse_tail_ptr,  # [B, K] float32
     target_ptr,  # [B, K+1, V] float32
     greedy_ptr,  # [B] int8
     uniform_ptr,  # [B, K] float32
@@ -152,14 +139,13 @@ def rejection_kernel(
             pos = seq * K + j
             accepted = _accepts(
                 tl.load(draft_ptr + pos), target_ptr + (seq * (K + 1) + j) * V,
-                sparse_ids_ptr + pos * S, sparse_probs_ptr + pos * S, sparse_tail_ptr + pos,
-                tl.load(uniform_ptr + pos), is_greedy, V, S, BLOCK_V, BLOCK_S, HAS_SPARSE,
+                sparse_ids_ptr + pos * S, sparse_probs_ptr + pos * S, tl.load(uniform_ptr + pos),
+                is_greedy, V, S, BLOCK_V, BLOCK_S, HAS_SPARSE,
             )  # fmt: skip
             num_accepted += accepted.to(tl.int64)
     token = _emit(
-        draft_ptr, sparse_ids_ptr, sparse_probs_ptr, sparse_tail_ptr, target_ptr,
-        emit_uniform_ptr, seq, num_accepted, num_draft, is_greedy, K, V, S, BLOCK_V, BLOCK_S,
-        HAS_SPARSE,
+        draft_ptr, sparse_ids_ptr, sparse_probs_ptr, target_ptr, emit_uniform_ptr, seq,
+        num_accepted, num_draft, is_greedy, K, V, S, BLOCK_V, BLOCK_S, HAS_SPARSE,
     )  # fmt: skip
     # [BLOCK_OUT] accepted drafts, then the emitted token, then PLACEHOLDER (-1)
     offs = tl.arange(0, BLOCK_OUT)
@@ -171,8 +157,8 @@ def rejection_kernel(
 
 @triton.jit
 def _emit(
-    draft_ptr, sparse_ids_ptr, sparse_probs_ptr, sparse_tail_ptr, target_ptr, emit_uniform_ptr,
-    seq, pos, num_draft, is_greedy, K, V, S,
+    draft_ptr, sparse_ids_ptr, sparse_probs_ptr, target_ptr, emit_uniform_ptr, seq, pos,
+    num_draft, is_greedy, K, V, S,
     BLOCK_V: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SPARSE: tl.constexpr,
 ):  # fmt: skip
     """The token at position `pos`: correction from norm(max(0, p - q)) after a rejection,
@@ -188,20 +174,17 @@ def _emit(
         point_weight = 1.0
         ids = tl.full((BLOCK_S,), -1, tl.int64)
         probs = tl.zeros((BLOCK_S,), tl.float32)
-        tail_each = tl.full((), 0.0, tl.float32)
         if HAS_SPARSE:
-            ids, probs, tail_each, is_point = _sparse_at(
-                sparse_ids_ptr + draft_at * S, sparse_probs_ptr + draft_at * S,
-                sparse_tail_ptr + draft_at, S, V, has_draft, BLOCK_S,
+            ids, probs, is_point = _sparse_at(
+                sparse_ids_ptr + draft_at * S, sparse_probs_ptr + draft_at * S, S, has_draft,
+                BLOCK_S,
             )  # fmt: skip
             point_weight = tl.where(is_point, 1.0, 0.0)
         token, total = _inverse_cdf(
-            p_ptr, u, V, ids, probs, tail_each, point_id, point_weight, has_draft, BLOCK_V,
-            HAS_SPARSE,
+            p_ptr, u, V, ids, probs, point_id, point_weight, has_draft, BLOCK_V, HAS_SPARSE,
         )  # fmt: skip
         if total == 0.0:  # p == q: fall back to p
             token, total = _inverse_cdf(
-                p_ptr, u, V, ids, probs, tail_each, point_id, point_weight, pos < 0, BLOCK_V,
-                HAS_SPARSE,
+                p_ptr, u, V, ids, probs, point_id, point_weight, pos < 0, BLOCK_V, HAS_SPARSE,
             )  # fmt: skip
     return token

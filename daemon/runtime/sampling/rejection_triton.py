@@ -65,14 +65,9 @@ def rejection_sample_triton(
     if has_sparse:
         sparse_ids = draft_sparse_ids.long().contiguous()  # [B, K, S]
         sparse_probs = draft_sparse_probs.float().contiguous()  # [B, K, S]
-        if draft_sparse_tail is None:
-            sparse_tail = torch.zeros((num_seqs, max_k), dtype=torch.float32, device=device)
-        else:
-            sparse_tail = draft_sparse_tail.float().contiguous()  # [B, K]
     else:  # never read: HAS_SPARSE is a compile-time False
         sparse_ids = torch.zeros(1, dtype=torch.long, device=device)
         sparse_probs = torch.zeros(1, dtype=torch.float32, device=device)
-        sparse_tail = torch.zeros(1, dtype=torch.float32, device=device)
     num_sparse = sparse_ids.shape[-1] if has_sparse else 1
     block_s = triton.next_power_of_2(max(num_sparse, 1))
     block_v = min(triton.next_power_of_2(vocab_size), max_block_v)
@@ -80,7 +75,7 @@ def rejection_sample_triton(
     rejection_kernel[(num_seqs,)](
         output, num_output,
         draft_token_ids.long().contiguous(), num_draft_tokens.long().contiguous(),
-        sparse_ids, sparse_probs, sparse_tail,
+        sparse_ids, sparse_probs,
         target_probs.float().contiguous(), is_greedy.to(torch.int8).contiguous(),
         uniform.float().contiguous(), emit_uniform.double().contiguous(),
         max_k, vocab_size, num_sparse,
