@@ -2,6 +2,7 @@
 
     python -m bench.vocab_bench [--vocab 151936] [--batch 16] [--k 4] [--rounds 12]
     python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32,4096
+    python -m bench.vocab_bench --pair demo --sparse-top-k 254 --sparse-mass 0.9,0.99,1
 
 A tiny random Llama with Qwen's vocabulary (151,936) is both draft and target (two loaded
 copies of one checkpoint), so every draft should be accepted whatever the temperature: the
@@ -11,7 +12,9 @@ temperature it prints, per round: the verify forward, the draft forwards, everyt
 (sampling, rejection, bookkeeping) and its ratio to the verify forward; the acceptance; and
 the proposal's bytes per round per sequence on the wire. `--pair demo` runs the trained demo
 pair instead (code prompts), where several `--sparse-top-k` widths compare the compact
-proposal with full-distribution drafting (width = the vocabulary).
+proposal with full-distribution drafting (width = the vocabulary). `--sparse-mass` lists no
+more of the draft's best tokens than it takes to cover that mass (fewer bytes where the draft
+is confident); the table shows the tokens listed per sampled draft and the bytes that makes.
 """
 
 import argparse
@@ -33,6 +36,7 @@ from daemon.runtime.engine.stats import EngineStats
 from daemon.runtime.model import load_model
 from daemon.runtime.model.batch import ForwardBatch
 from daemon.runtime.model.protocol import CausalLM
+from daemon.runtime.proposers.base import Proposals, ProposeRequest
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.remote.wire_budget import bytes_per_round_per_seq
 from daemon.runtime.sampling.params import SamplingParams
@@ -63,6 +67,31 @@ class TimedModel:
         return getattr(self._model, name)
 
 
+class ListedCounter:
+    """Counts the tokens the proposer's sampled drafts list (what their proposals carry)."""
+
+    def __init__(self, proposer: DraftModelProposer) -> None:
+        self._propose = proposer.propose
+        proposer.propose = self._counting  # type: ignore[method-assign]
+        self.total = self.drafts = 0
+
+    def _counting(self, request: ProposeRequest) -> Proposals:
+        proposals = self._propose(request)
+        if proposals.sparse_probs is not None and proposals.sparse_tail is not None:
+            listed = (proposals.sparse_probs > 0).sum(dim=-1)  # [B, K]
+            sampled = (listed > 0) | (proposals.sparse_tail > 0)
+            self.total += int(listed[sampled].sum())
+            self.drafts += int(sampled.sum())
+        return proposals
+
+    def reset(self) -> None:
+        self.total = self.drafts = 0
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.drafts if self.drafts else 0.0
+
+
 @dataclass(slots=True)
 class VocabResult:
     mode: str
@@ -71,6 +100,7 @@ class VocabResult:
     draft_forward_ms: float  # the draft's forwards per round
     other_ms: float  # the rest of the round: sampling, rejection, bookkeeping
     acceptance: float
+    listed: float  # tokens a sampled draft's proposal lists, on average (0: greedy)
     bytes_per_seq: int | None  # proposal bytes per round per sequence on the wire (None: too
     # wide for the wire, a local drafter only)
 
@@ -87,15 +117,24 @@ def run_mode(
     k: int,
     rounds: int,
     sparse_top_k: int,
+    sparse_mass: float = 1.0,
 ) -> VocabResult:
     """One engine run, every prompt at once (batch = len(prompts))."""
     batch = len(prompts)
     params = SamplingParams(temperature=temperature, max_tokens=rounds * (k + 1), ignore_eos=True)
     seed = 1234 if temperature > 0 else None
     config = EngineConfig(
-        max_batch_size=batch, num_speculative_tokens=k, draft_sparse_top_k=sparse_top_k
+        max_batch_size=batch,
+        num_speculative_tokens=k,
+        draft_sparse_top_k=sparse_top_k,
+        draft_sparse_mass=sparse_mass,
     )
-    proposer = DraftModelProposer(draft, sparse_top_k=sparse_top_k)  # type: ignore[arg-type]
+    proposer = DraftModelProposer(
+        draft,  # type: ignore[arg-type]
+        sparse_top_k=sparse_top_k,
+        sparse_mass=sparse_mass,
+    )
+    listed = ListedCounter(proposer)
     engine = SpecEngine(target, proposer, config, eos_token_ids=[])
 
     def requests(tag: str) -> list[Request]:
@@ -110,6 +149,7 @@ def run_mode(
     engine.generate(Request(f"w{i}", p, warm) for i, p in enumerate(prompts))
     engine.stats = EngineStats()
     draft.forward_s = 0.0
+    listed.reset()
     engine.generate(requests("r"))
     stats = engine.stats
     draft_fwd = draft.forward_s
@@ -119,12 +159,17 @@ def run_mode(
     sampling_in_draft = max(0.0, stats.draft_time_s - draft_fwd)
     mode = "greedy" if temperature == 0 else f"T={temperature:g}"
     mode += f", top-{sparse_top_k}+tail" if temperature > 0 else ""
+    mode += f", mass {sparse_mass:g}" if temperature > 0 and sparse_mass < 1.0 else ""
     sampled = temperature > 0
     wire_bytes = None
     if sparse_top_k <= MAX_LISTED or not sampled:
         wire_bytes = round(
             bytes_per_round_per_seq(
-                context_len=PROMPT_LEN, k=k, sparse_top_k=sparse_top_k, sampled=sampled
+                context_len=PROMPT_LEN,
+                k=k,
+                sparse_top_k=max(1, round(listed.mean)),  # as many as were listed
+                sampled=sampled,
+                vocab_size=target.vocab_size,
             )
         )
     return VocabResult(
@@ -134,6 +179,7 @@ def run_mode(
         draft_forward_ms=1000 * min(draft_fwd, stats.draft_time_s) / num,
         other_ms=1000 * (other + sampling_in_draft) / num,
         acceptance=stats.acceptance_rate,
+        listed=listed.mean,
         bytes_per_seq=wire_bytes,
     )
 
@@ -148,6 +194,7 @@ def results_table(results: list[VocabResult], title: str) -> Table:
         "rest ms",
         "rest / verify",
         "acceptance",
+        "listed/draft",
         "bytes/round/seq",
     ):
         table.add_column(col, justify="right")
@@ -160,6 +207,7 @@ def results_table(results: list[VocabResult], title: str) -> Table:
             f"{r.other_ms:.1f}",
             f"{r.other_over_verify:.2f}",
             f"{r.acceptance:.3f}",
+            f"{r.listed:.0f}",
             "local only" if r.bytes_per_seq is None else str(r.bytes_per_seq),
         )
     return table
@@ -182,11 +230,16 @@ def main(argv: list[str] | None = None) -> None:
         "--sparse-top-k", default=str(EngineConfig().draft_sparse_top_k),
         help="comma-separated proposal widths to compare (above 254: local drafters only)",
     )  # fmt: skip
+    parser.add_argument(
+        "--sparse-mass", default="1.0",
+        help="comma-separated: list no more tokens than it takes to cover this mass",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     console = make_console()
     widths = [int(w) for w in args.sparse_top_k.split(",")]
+    masses = [float(m) for m in args.sparse_mass.split(",")]
     temperatures = [float(t) for t in args.temperatures.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         if args.pair == "demo":
@@ -209,9 +262,10 @@ def main(argv: list[str] | None = None) -> None:
         target = load_model(target_dir, num_slots=args.batch)
         draft = TimedModel(load_model(draft_dir, num_slots=args.batch))
         results = [
-            run_mode(target, draft, prompts, t, args.k, args.rounds, w)
+            run_mode(target, draft, prompts, t, args.k, args.rounds, w, m)
             for t in temperatures
             for w in (widths if t > 0 else widths[:1])
+            for m in (masses if t > 0 else masses[:1])
         ]
     console.print(results_table(results, f"{title}, {args.threads} thread(s)"))
 

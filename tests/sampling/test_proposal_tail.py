@@ -8,6 +8,8 @@ import pytest
 import torch
 from test_rejection_distribution import MIN_P_VALUE, chi_square_p, draft_with_tail
 
+from daemon.runtime.engine.config import EngineConfig
+from daemon.runtime.errors import RequestError
 from daemon.runtime.proposers.draft_sampling import DraftSampler, RowKey
 from daemon.runtime.sampling.gumbel_field import field_keys
 from daemon.runtime.sampling.quantized import (
@@ -120,3 +122,32 @@ def test_tail_acceptance_between_the_gumbel_bound_and_the_overlap() -> None:
     overlap = float(torch.minimum(p, q).sum())
     assert overlap / (2 - overlap) - 0.02 < rate < overlap + 0.02
     assert rate > accept_rate(p, q, 4, with_tail=False) + 0.1
+
+
+def test_sparse_mass_lists_only_what_covers_it_and_still_draws_what_it_sends() -> None:
+    logits = torch.linspace(4.0, -4.0, VOCAB)  # peaked: the first tokens hold most mass
+    q = torch.softmax(logits, -1)
+    sampler = DraftSampler(sparse_top_k=16, sparse_mass=0.8)
+    keys = [RowKey(1.0, seed, 3) for seed in range(NUM_DRAWS)]
+    steps = sampler.sample(logits.expand(NUM_DRAWS, -1).clone(), keys, with_alternatives=False)
+    sparse = steps[0].sparse
+    assert sparse is not None
+    num_listed = int((sparse.counts > 0).sum())
+    # the fewest best tokens whose mass reaches 0.8
+    expected = int((q.cumsum(0) - q < 0.8).sum())
+    assert num_listed == expected < 16
+    listed = sparse.counts > 0
+    shaped = q.clone()
+    shaped[sparse.ids[listed]] = 0.0
+    shaped = shaped / shaped.sum() * sparse.tail / PROPOSAL_TOTAL
+    shaped[sparse.ids[listed]] = sparse.counts[listed].double().float() / PROPOSAL_TOTAL
+    tokens = torch.tensor([s.token for s in steps])
+    assert chi_square_p(tokens, shaped) > MIN_P_VALUE
+
+
+def test_sparse_mass_out_of_range_is_refused() -> None:
+    for mass in (0.0, 1.5):
+        with pytest.raises(ValueError, match="sparse_mass"):
+            DraftSampler(8, sparse_mass=mass)
+        with pytest.raises(RequestError, match="sparse mass"):
+            EngineConfig(draft_sparse_mass=mass)

@@ -13,6 +13,8 @@ class EngineConfig:
     num_speculative_tokens: int = 4  # k in fixed mode; the ceiling in adaptive mode
     adaptive: bool = False
     draft_sparse_top_k: int = 32  # support of the sampled draft's proposal sent to the verifier
+    # list no more of the draft's best tokens than it takes to cover this much of its mass
+    draft_sparse_mass: float = 1.0
     # prompt tokens prefilled together in one padded pass; None: the device's default
     # (model.batch.prefill_budget: 512 on a CPU, 8192 on a GPU)
     max_prefill_tokens: int | None = None
@@ -27,5 +29,7 @@ class EngineConfig:
             )
         if self.draft_sparse_top_k < 1:
             raise RequestError(f"draft sparse top-k must be >= 1, got {self.draft_sparse_top_k}")
+        if not 0.0 < self.draft_sparse_mass <= 1.0:
+            raise RequestError(f"draft sparse mass must be in (0, 1], got {self.draft_sparse_mass}")
         if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
             raise RequestError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")

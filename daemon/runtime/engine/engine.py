@@ -138,6 +138,7 @@ class SpecEngine:
             num_speculative_tokens=num_speculative_tokens,
             adaptive=adaptive,
             draft_sparse_top_k=self.config.draft_sparse_top_k,
+            draft_sparse_mass=self.config.draft_sparse_mass,
             max_prefill_tokens=self.config.max_prefill_tokens,
         )
         costs = self.controller.costs

@@ -45,6 +45,7 @@ class DraftModelProposer:
         sparse_top_k: int = 32,
         max_prefill_tokens: int | None = None,
         *,
+        sparse_mass: float = 1.0,
         branch_width: int = DEFAULT_BRANCH_WIDTH,
         max_branches: int = DEFAULT_MAX_BRANCHES,
         max_branch_k: int = DEFAULT_MAX_BRANCH_K,
@@ -66,7 +67,9 @@ class DraftModelProposer:
             max_model_len=model.max_model_len,
             min_branch_prob=min_branch_prob,
         )
-        self.sampler = DraftSampler(sparse_top_k, num_alternatives=branch_width + 1)
+        self.sampler = DraftSampler(
+            sparse_top_k, num_alternatives=branch_width + 1, sparse_mass=sparse_mass
+        )
         self._forks_ready = False  # the branch cache is allocated at the first `prepare`
         self.is_branching = is_branching
         self._states: dict[int, SlotState] = {}

@@ -29,6 +29,7 @@ class DraftServerSpec:
     device: str = "cpu"
     backend: str = "auto"  # "auto" | "lean" | "hf" (hf: no fork rows, main branch only)
     sparse_top_k: int = 32  # support of a sampled draft's proposal
+    sparse_mass: float = 1.0  # ...listing no more than it takes to cover this much mass
     max_prefill_tokens: int | None = None  # None: the device's default (prefill_budget)
     branch_width: int = DEFAULT_BRANCH_WIDTH  # guesses considered per position
     max_branches: int = DEFAULT_MAX_BRANCHES  # rows per sequence when preparing
@@ -47,6 +48,8 @@ def build_draft_proposer(
             f"sparse_top_k must be in [1, {MAX_LISTED}] for a remote drafter (what the wire "
             f"carries per draft), got {spec.sparse_top_k}"
         )
+    if not 0.0 < spec.sparse_mass <= 1.0:
+        raise SpecError(f"sparse_mass must be in (0, 1], got {spec.sparse_mass}")
     model = load_model(
         spec.draft,
         dtype=spec.dtype,
@@ -60,6 +63,7 @@ def build_draft_proposer(
     return DraftModelProposer(
         as_leader(model),
         sparse_top_k=spec.sparse_top_k,
+        sparse_mass=spec.sparse_mass,
         max_prefill_tokens=spec.max_prefill_tokens,
         branch_width=spec.branch_width,
         max_branches=spec.max_branches,
