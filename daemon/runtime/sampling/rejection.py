@@ -279,12 +279,11 @@ def _residual_in_place(
             tail > 0, (1.0 - tail / p_unlisted.clamp(min=MIN_MASS)).clamp(min=0.0), 1.0
         )  # [B]
         p.mul_(keep.unsqueeze(-1))
-        # [B, S, S'] entry s names the token that listed entry s' lists (padding entries,
-        # prob 0, may repeat a listed id: they must write that token's value too)
-        lists = (ids.unsqueeze(-1) == ids.unsqueeze(-2)) & (probs.unsqueeze(-2) > 0)
-        q_listed = torch.where(lists, probs.unsqueeze(-2), 0.0).sum(dim=-1)  # [B, S]
-        listed_value = (p_at_ids - q_listed).clamp(min=0.0)
-        p.scatter_(1, ids, torch.where(lists.any(dim=-1), listed_value, p.gather(1, ids)))
+        # the listed tokens (unique ids; padding entries, prob 0, are not written: one that
+        # repeats a listed id must not overwrite its value): max(0, p - q) there
+        rows, entries = (probs > 0).nonzero(as_tuple=True)  # [L]
+        listed_value = (p_at_ids[rows, entries] - probs[rows, entries]).clamp(min=0.0)
+        p[rows, ids[rows, entries]] = listed_value
         point_mass = torch.where((probs == 0).all(dim=-1) & (tail == 0), point_mass, 0.0)
     # the draft token of a point-mass proposal: max(0, p(x) - 1)
     draft = drafts.gather(1, at)  # [B, 1]
