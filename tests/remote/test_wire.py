@@ -23,7 +23,7 @@ from daemon.runtime.remote.messages import (
 from daemon.runtime.remote.wire import decode_reply, decode_request, encode_reply, encode_request
 from daemon.runtime.remote.wire_budget import bytes_per_round_per_seq
 from daemon.runtime.remote.wire_io import WireError
-from daemon.runtime.sampling.quantized import PROPOSAL_TOTAL, quantize_counts
+from daemon.runtime.sampling.quantized import MAX_LISTED, PROPOSAL_TOTAL, quantize_counts
 
 
 def _sampled(tokens: list[int], width: int, vocab: int, seed: int = 0) -> DraftRecord:
@@ -177,3 +177,18 @@ def test_fuzz_mutated_messages(data: st.DataObject) -> None:
         cut = data.draw(st.integers(0, len(mutated)))
         with contextlib.suppress(WireError):
             decode(bytes(mutated[:cut]))
+
+
+@pytest.mark.parametrize("width", [253, 254, 255, 1000, MAX_LISTED])
+def test_wide_supports_round_trip_and_wider_ones_are_refused(width: int) -> None:
+    """Supports past the width byte's range carry their size as a u16 after an escape byte."""
+    record = _sampled([7, 8], width, 151_936)
+    reply = DraftReply(1, 2, proposals=[SlotDrafts(0, record)])
+    back = decode_reply(encode_reply(reply)).proposals[0].drafts
+    for sent, got in zip(record.sparse, back.sparse, strict=True):
+        assert sent is not None and got is not None
+        assert got.ids.tolist() == sent.ids.tolist()
+        assert got.counts.tolist() == sent.counts.tolist()
+    too_wide = _sampled([7], MAX_LISTED + 1, 151_936)
+    with pytest.raises(ValueError, match="lists"):
+        encode_reply(DraftReply(1, 2, proposals=[SlotDrafts(0, too_wide)]))

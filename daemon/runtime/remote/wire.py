@@ -12,10 +12,10 @@ Reply:    "SPDR" u8 version, u8 flags (2: 4-byte ids), u32 message id, u64 insta
           errors    i32 slot (-1: the whole message), u16 length, UTF-8 text
           proposals u16 slot, drafts
           branches  u16 slot, u8 count, per branch: u8 accepted count, id token, drafts
-Drafts:   u8 n, n ids, then per draft u8 W (0: a point mass on the draft; else a sampled
-          draft listing S = W - 1 tokens), S ids, S u16 counts, u16 tail count (the counts and
-          the tail sum to exactly 2^15; the tail is the mass of the unlisted tokens;
-          zero counts are never sent).
+Drafts:   u8 n, n ids, then per draft u8 W (0: a point mass on the draft; 1..254: a sampled
+          draft listing S = W - 1 tokens; 255: S follows as a u16), S ids, S u16 counts, u16
+          tail count (the counts and the tail sum to exactly 2^15; the tail is the mass of the
+          unlisted tokens, its token coupled by the Gumbel field; zero counts are never sent).
 
 Ids are uint16 when every id in the message fits, else int32. Nothing in a round's messages
 depends on the context length: only an admit (once per sequence, or on a resync) carries a
@@ -41,7 +41,11 @@ from daemon.runtime.remote.messages import (
 from daemon.runtime.remote.wire_io import WireReader, WireWriter, id_width_for
 from daemon.runtime.sampling.quantized import MAX_LISTED, PROPOSAL_TOTAL
 
-VERSION = 2  # 2: sampled drafts carry a tail
+# 2: sampled drafts carry a tail; 3: the tail is a class whose token drafter and verifier pick
+# with a shared Gumbel field (a version-2 peer would test such drafts as if evenly spread: not
+# lossless), and a draft may list up to MAX_LISTED tokens
+VERSION = 3
+WIDE_SUPPORT = 255  # the width byte that says the support size follows as a u16
 REQUEST_MAGIC, REPLY_MAGIC = b"SPDQ", b"SPDR"
 FLAG_RESET, FLAG_WIDE_IDS = 1, 2
 WIRE_NO_BRANCH = 0xFF
@@ -195,7 +199,10 @@ def _write_drafts(out: WireWriter, record: DraftRecord) -> None:
         ids, counts = sparse.ids[keep].numpy(), sparse.counts[keep].numpy()
         if len(ids) > MAX_LISTED:
             raise ValueError(f"a draft lists {len(ids)} tokens; the wire carries {MAX_LISTED}")
-        out.pack("B", len(ids) + 1)
+        if len(ids) + 1 < WIDE_SUPPORT:
+            out.pack("B", len(ids) + 1)
+        else:
+            out.pack("BH", WIDE_SUPPORT, len(ids))
         out.ids(ids)
         out.counts(counts)
         out.pack("H", sparse.tail)
@@ -210,8 +217,13 @@ def _read_drafts(read: WireReader, what: str) -> DraftRecord:
         if width == 0:
             record.sparse.append(None)
             continue
-        ids = read.ids(width - 1, f"{what} draft {pos} support ids")
-        counts = read.counts(width - 1, f"{what} draft {pos} counts")
+        num_listed = width - 1
+        if width == WIDE_SUPPORT:
+            num_listed = int(read.one("H", f"{what} draft {pos} support size"))
+            if num_listed > MAX_LISTED:
+                raise read.error(f"{what} draft {pos} lists {num_listed} > {MAX_LISTED} tokens")
+        ids = read.ids(num_listed, f"{what} draft {pos} support ids")
+        counts = read.counts(num_listed, f"{what} draft {pos} counts")
         tail = int(read.one("H", f"{what} draft {pos} tail count"))
         _check_support(read, what, pos, token, ids, counts, tail)
         record.sparse.append(SparseDraw(torch.from_numpy(ids), torch.from_numpy(counts), tail))

@@ -25,7 +25,7 @@ import torch
 
 PROPOSAL_BITS = 15
 PROPOSAL_TOTAL = 1 << PROPOSAL_BITS  # N: counts of one position sum to exactly this
-MAX_LISTED = 254  # tokens one proposal lists (the wire's width byte holds S + 1)
+MAX_LISTED = 4095  # tokens one proposal lists on the wire
 
 
 def quantize_counts(probs: torch.Tensor) -> torch.Tensor:
