@@ -24,6 +24,9 @@ Proposal convention (q, per sequence b and position j):
     most of the time (always when q = p on U); the draft is accepted when they do. When they
     differ, y is emitted there and the round ends: it is still exactly the token the proposal
     q would have had accepted. The residual max(0, p - q) on U is p * max(0, 1 - tail / p(U)).
+    The field of a position decides a committed token only at a position the round commits;
+    positions drafted past the round's stop keep noise no verdict depended on (the argument of
+    keyed_random.py), so the next round may draft there again with the same field.
   * a position whose sparse probs and tail are ALL zero is a point mass on
     draft_token_ids[b, j]; that is how greedy and sampled drafts share one batch.
 Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
