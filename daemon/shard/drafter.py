@@ -46,6 +46,8 @@ class DrafterShard:
                 num_slots=spec.max_batch_size,
                 max_model_len=spec.max_model_len,
                 dtype=spec.dtype,
+                sparse_top_k=spec.sparse_top_k,
+                sparse_mass=spec.sparse_mass,
                 tp=self._join_group(),
             ),
             progress,

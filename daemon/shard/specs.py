@@ -25,6 +25,8 @@ class VerifierSpec:
     draft_dir: str | None = None  # colocated draft model
     drafter_actor: str | None = None  # Ray actor name of the drafter shard (proposer "remote")
     mode: Literal["sync", "overlapped"] = "sync"  # remote proposer only
+    sparse_top_k: int = 32  # a colocated draft model's proposals: tokens listed at most...
+    sparse_mass: float = 1.0  # ...and no more than cover this much of its mass
     num_threads: int | None = None  # torch intra-op threads in the shard process
     tensor_parallel_size: int = 1  # the target over this many ranks (this shard is rank 0)
     tp_timeout_s: float = DEFAULT_TIMEOUT_S  # bound on every collective of the group
@@ -57,6 +59,8 @@ class DrafterSpec:
     num_threads: int | None = None
     tensor_parallel_size: int = 1  # the draft over this many ranks (this shard is rank 0)
     tp_timeout_s: float = DEFAULT_TIMEOUT_S
+    sparse_top_k: int = 32  # a sampled draft's proposal: tokens listed at most...
+    sparse_mass: float = 1.0  # ...and no more than cover this much of its mass
 
 
 @dataclass(slots=True)

@@ -113,6 +113,8 @@ class VerifierShard:
             max_batch_size=spec.max_batch_size,
             num_speculative_tokens=spec.num_speculative_tokens if speculating else 0,
             adaptive=spec.adaptive and speculating,
+            draft_sparse_top_k=spec.sparse_top_k,
+            draft_sparse_mass=spec.sparse_mass,
         )
         built = build_engine(
             EngineSpec(

@@ -75,7 +75,7 @@ def desired_shards(config: ClusterConfig, plan: Plan, threads: int | None) -> li
         )
         if remote_drafter:
             assert drafter is not None
-            shards.append(_drafter(prefix, drafter, verifier, threads))
+            shards.append(_drafter(prefix, config, drafter, verifier, threads))
         shards.extend(stages)
         shards.append(
             _verifier(prefix, config, plan, verifier, drafter, remote_drafter, threads, stages)
@@ -102,7 +102,14 @@ def _fingerprint(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _drafter(prefix: str, drafter: ShardPlan, verifier: ShardPlan, threads: int | None):
+def _drafter(
+    prefix: str,
+    config: ClusterConfig,
+    drafter: ShardPlan,
+    verifier: ShardPlan,
+    threads: int | None,
+) -> DesiredShard:
+    speculation = config.deployment.speculation
     spec = DrafterSpec(
         draft_dir=drafter.model_path,
         dtype=drafter.dtype,
@@ -110,6 +117,8 @@ def _drafter(prefix: str, drafter: ShardPlan, verifier: ShardPlan, threads: int 
         max_model_len=verifier.max_model_len,
         num_threads=threads,
         tensor_parallel_size=drafter.tensor_parallel_size,
+        sparse_top_k=speculation.proposal_tokens,
+        sparse_mass=speculation.proposal_mass,
     )
     fingerprint = _fingerprint({"node": drafter.node, **asdict(spec)})
     return DesiredShard(
@@ -166,6 +175,9 @@ def _verifier(
         layers=(verifier.layer_start, verifier.layer_end) if stages else None,
         pipeline_stages=[stage.actor for stage in stages],
     )
+    if proposer == "draft_model":  # the colocated draft's proposals (a remote one: its shard's)
+        spec.sparse_top_k = speculation.proposal_tokens
+        spec.sparse_mass = speculation.proposal_mass
     loaded = asdict(spec)
     live = {k: loaded.pop(k) for k in ("num_speculative_tokens", "adaptive")}
     # a replaced stage is a new actor: the verifier holding the old one is replaced with it

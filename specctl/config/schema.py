@@ -19,6 +19,8 @@ from specctl.config.model_shape import DTYPES
 LOCAL = "local"
 NGRAM = "ngram"
 MAX_K = 16
+DEFAULT_PROPOSAL_TOKENS = 32
+MAX_PROPOSAL_TOKENS = 4095  # what the wire carries per draft (sampling.quantized.MAX_LISTED)
 DEFAULT_K = 4
 DEFAULT_ADAPTIVE_MAX_K = 8
 DEFAULT_PORT = 8000
@@ -171,6 +173,14 @@ class SpeculationSpec(_Section):
     mode: Literal["sync", "overlapped"] = Field(
         "overlapped", description="overlapped: draft round i+1 while round i is verified"
     )
+    proposal_tokens: int = Field(
+        DEFAULT_PROPOSAL_TOKENS, ge=1, le=MAX_PROPOSAL_TOKENS,
+        description="tokens a sampled draft's proposal lists at most, the rest its tail",
+    )  # fmt: skip
+    proposal_mass: float = Field(
+        1.0, gt=0.0, le=1.0,
+        description="list no more of the draft's best tokens than cover this much of its mass",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _k_or_adaptive(self) -> "SpeculationSpec":

@@ -1,0 +1,60 @@
+"""`proposal_tokens` / `proposal_mass` under [deployment.speculation] reach whichever process
+drafts: the drafter shard when it runs apart, the verifier's engine when it is colocated."""
+
+from pathlib import Path
+
+import pytest
+
+from specctl.apply.shards import desired_shards
+from specctl.config import ConfigError, load_config
+from specctl.planner import gather_node_facts, make_plan
+
+from .cluster_files import MARK, SPARK_5090, replace_line, write_cluster
+
+# the example plans its 70B in fp8, which the runtime does not load: bfloat16 here
+RUNNABLE = replace_line(SPARK_5090, 'dtype = "fp8"', 'dtype = "bfloat16"')
+WITH_PROPOSALS = replace_line(
+    RUNNABLE,
+    'mode = "overlapped"',
+    'mode = "overlapped"\nproposal_tokens = 1024\nproposal_mass = 0.9',
+)
+
+
+def _shards(tmp_path: Path, text: str) -> dict[str, object]:
+    path, _ = write_cluster(tmp_path, text)
+    config = load_config(path)
+    plan = make_plan(config, gather_node_facts(config, mode="offline"))
+    return {shard.role: shard.spec for shard in desired_shards(config, plan, threads=None)}
+
+
+def test_a_drafter_apart_gets_the_proposal_settings(tmp_path: Path) -> None:
+    shards = _shards(tmp_path, WITH_PROPOSALS)
+    drafter, verifier = shards["drafter"], shards["verifier"]
+    assert (drafter.sparse_top_k, drafter.sparse_mass) == (1024, 0.9)  # type: ignore[attr-defined]
+    # the verifier does not draft: its own settings stay the defaults (no redeploy on a change)
+    assert (verifier.sparse_top_k, verifier.sparse_mass) == (32, 1.0)  # type: ignore[attr-defined]
+
+
+def test_a_colocated_drafter_gets_them_in_the_verifier(tmp_path: Path) -> None:
+    text = replace_line(WITH_PROPOSALS, 'node = "rtx5090"', 'node = "spark"')
+    shards = _shards(tmp_path, text)
+    assert "drafter" not in shards
+    verifier = shards["verifier"]
+    assert (verifier.sparse_top_k, verifier.sparse_mass) == (1024, 0.9)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("proposal_tokens = 5000", "less than or equal to 4095, got 5000"),
+        ("proposal_mass = 0", "greater than 0, got 0"),
+    ],
+)
+def test_out_of_range_is_a_clear_error(tmp_path: Path, line: str, expected: str) -> None:
+    text = replace_line(SPARK_5090, 'mode = "overlapped"', f"{line} {MARK}")
+    path, number = write_cluster(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    field = line.split(" ")[0]
+    message = str(caught.value.issues[0])
+    assert f":{number}: deployment.speculation.{field}: Input should be {expected}" in message
