@@ -196,11 +196,13 @@ def _search(
         block_best = _block_maxima(scores[rows])  # [N, nb]
     else:
         block_best = _block_maxima(scores)[rows]
+    # float64, as the entries' values are: a bound rounded below them could prune a winner
+    block_best = block_best.double()
     if are_probs:
-        block_best = block_best.log()
+        block_best = block_best.log_()
     words = _block_words(keys.unsqueeze(-1), torch.arange(num_blocks, device=device))  # [N, nb]
     block_max = _block_max(words, sizes)  # [N, nb] the block's largest noise
-    bound = block_best.double() + block_max  # [N, nb] no entry of the block exceeds it
+    bound = block_best + block_max  # [N, nb] no entry of the block exceeds it
     # the block with the best bound first: its maximum is usually the answer
     all_keys = torch.arange(num_keys, device=device)
     first = bound.argmax(dim=-1)  # [N]
