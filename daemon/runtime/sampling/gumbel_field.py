@@ -110,11 +110,11 @@ def _block_argmax(words: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
 
 def _entry_noise(
     words: torch.Tensor,  # [...] int64 block words
+    block_max: torch.Tensor,  # [...] float64 their largest noise (_block_max)
     sizes: torch.Tensor,  # [...] int64 tokens in those blocks
     j: torch.Tensor,  # [...] int64 entries within them (broadcast with the others)
 ) -> torch.Tensor:
     """The field's entries float64 at index j of blocks (words, sizes); -inf past n_b."""
-    block_max = _block_max(words, sizes)
     entry = mix64_t((words ^ _ENTRY_SALT) + (j + 1) * _GAMMA)
     exponential = -_uniform(entry).log()  # Exp(1)
     noise = -(torch.exp(-block_max) + exponential).log()  # a Gumbel truncated below M_b
@@ -124,11 +124,12 @@ def _entry_noise(
 
 def _expand(
     words: torch.Tensor,  # [P] int64 block words
+    block_max: torch.Tensor,  # [P] float64 their largest noise
     sizes: torch.Tensor,  # [P] int64 tokens in each block
 ) -> torch.Tensor:
     """The field's entries [P, BLOCK] float64 of P blocks (entries past n_b are -inf)."""
     j = torch.arange(BLOCK, device=words.device)  # [BLOCK]
-    return _entry_noise(words.unsqueeze(-1), sizes.unsqueeze(-1), j)
+    return _entry_noise(words.unsqueeze(-1), block_max.unsqueeze(-1), sizes.unsqueeze(-1), j)
 
 
 def dense_field(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -138,7 +139,8 @@ def dense_field(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
     num_blocks = sizes.shape[0]
     blocks = torch.arange(num_blocks, device=keys.device)
     words = _block_words(keys.unsqueeze(-1), blocks)  # [N, nb]
-    noise = _expand(words.reshape(-1), sizes.repeat(num_rows))  # [N * nb, BLOCK]
+    words, sizes = words.reshape(-1), sizes.repeat(num_rows)  # [N * nb]
+    noise = _expand(words, _block_max(words, sizes), sizes)  # [N * nb, BLOCK]
     return noise.view(num_rows, num_blocks * BLOCK)[:, :vocab_size]
 
 
@@ -207,7 +209,8 @@ def _search(
     all_keys = torch.arange(num_keys, device=device)
     first = bound.argmax(dim=-1)  # [N]
     in_first = _as_scores(_score_blocks(scores, rows, first, are_probs), are_probs)  # [N, BL]
-    values, at = (in_first + _expand(words[all_keys, first], sizes[first])).max(dim=-1)
+    first_noise = _expand(words[all_keys, first], block_max[all_keys, first], sizes[first])
+    values, at = (in_first + first_noise).max(dim=-1)
     tokens = first * BLOCK + at  # [N]
     # then every entry of another block that could still beat it: a block's entries are at
     # most M_b, so only those whose score exceeds (best - M_b) can; only theirs is drawn
@@ -221,7 +224,10 @@ def _search(
     pair, j = (in_blocks > threshold.unsqueeze(-1)).nonzero(as_tuple=True)  # [E]
     if pair.numel():
         entry_keys, entry_blocks = key_index[pair], blocks[pair]
-        noise = _entry_noise(words[entry_keys, entry_blocks], sizes[entry_blocks], j)
+        noise = _entry_noise(
+            words[entry_keys, entry_blocks], block_max[entry_keys, entry_blocks],
+            sizes[entry_blocks], j,
+        )  # fmt: skip
         candidates = torch.cat([values, _as_scores(in_blocks[pair, j], are_probs) + noise])
         candidate_tokens = torch.cat([tokens, entry_blocks * BLOCK + j])
         owners = torch.cat([all_keys, entry_keys])
