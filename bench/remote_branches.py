@@ -36,6 +36,7 @@ from daemon.runtime.proposers.base import Proposer, ProposeRequest
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.remote.builder import DraftServerSpec, build_draft_server
 from daemon.runtime.remote.options import RemoteOptions
+from daemon.runtime.remote.process_transport import ProcessTransport
 from daemon.runtime.remote.remote_proposer import RemoteProposer
 from daemon.runtime.remote.thread_transport import ThreadTransport
 from daemon.runtime.sampling.params import SamplingParams
@@ -99,6 +100,7 @@ def run_mode(
     params: SamplingParams,
     mode: str,
     reference: list[list[int]] | None,
+    transport_kind: str = "thread",
 ) -> RunRow:
     transport = remote = None
     if mode == "colocated":
@@ -107,7 +109,11 @@ def run_mode(
         )
     else:
         spec = DraftServerSpec(draft=draft_dir, num_slots=batch, dtype="float32")
-        transport = ThreadTransport(build_draft_server(spec))
+        transport = (
+            ThreadTransport(build_draft_server(spec))
+            if transport_kind == "thread"
+            else ProcessTransport(spec)
+        )
         remote = RemoteProposer(transport, _options(mode))
         proposer = remote
     try:
