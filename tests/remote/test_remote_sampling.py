@@ -126,3 +126,20 @@ def test_seeded_output_is_the_same_in_process_and_remote(target_dir, draft_dir, 
             assert _seeded_outputs(setup.engine, prompts) == expected, mode
             if mode == "overlapped":
                 assert setup.remote.stats.num_hits > 0
+
+
+def test_bonus_guess_is_coupled_to_the_verifier(target_dir: Path, prompts) -> None:
+    """Draft = target at temperature 1: the drafter's guess of the bonus token uses the field
+    the verifier draws it with, so a round that accepts every draft finds its bonus branch
+    prepared (guessing the draft's likeliest token instead is right about max p of the time,
+    well under half here)."""
+    options = RemoteOptions(max_branches=1, initial_branches=1, is_adaptive_branches=False)
+    with remote_engine(target_dir, target_dir, options=options, k=2, batch=len(prompts)) as setup:
+        requests = [
+            Request(f"r{i}", p, SamplingParams(temperature=1.0, max_tokens=24, seed=i))
+            for i, p in enumerate(prompts)
+        ]
+        setup.engine.generate(requests)
+        stats = setup.remote.stats
+    assert stats.outcomes["all"] >= 20
+    assert stats.hits["all"] >= 0.95 * stats.outcomes["all"]

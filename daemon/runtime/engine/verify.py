@@ -56,6 +56,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
         emit_uniform,
         _trim(proposals.sparse_tail, max_k),
         _tail_keys(seqs, proposals.sparse_tail, max_k),
+        _bonus_keys(seqs, num_draft),
     )
     out_lists, counts = out.tolist(), num_out.tolist()
     return Verdict(
@@ -93,6 +94,15 @@ def _tail_keys(
     seeds = [s.draft_seed for s in seqs for _ in range(max_k)]
     positions = [len(s.token_ids) + j for s in seqs for j in range(max_k)]
     return field_keys(seeds, positions).view(len(seqs), max_k)
+
+
+def _bonus_keys(seqs: list[Sequence], num_draft: list[int]) -> torch.Tensor | None:
+    """[B] the Gumbel field key of each sequence's bonus position (after its drafts), where
+    some sequence samples (coupled_bonus.py); else None."""
+    if all(s.request.params.is_greedy for s in seqs):
+        return None
+    positions = [len(s.token_ids) + n for s, n in zip(seqs, num_draft, strict=True)]
+    return field_keys([s.draft_seed for s in seqs], positions)
 
 
 def _trim(sparse: torch.Tensor | None, max_k: int) -> torch.Tensor | None:

@@ -3,9 +3,10 @@
 A row feeds its next chunk (a catch-up tail, then one token per step) to the main slot of its
 sequence or, for a fork row, to a branch slot that reads the parent's context below the fork
 position. Each step, every active row gets one new token: a draft (sampled with the keyed
-randomness of its absolute position) or, for a row that is guessing, the draft's best tokens
-for the position the verifier decides next (the bonus token), the first of which the row then
-continues from while the callback may start fork rows for the others.
+randomness of its absolute position) or, for a row that is guessing, the draft's guesses
+for the position the verifier decides next (the bonus token; for a sampled row the first is
+coupled to the verifier's draw, see sampling/coupled_bonus.py), the first of which the row
+then continues from while the callback may start fork rows for the others.
 """
 
 from collections.abc import Callable
@@ -97,8 +98,8 @@ def run_rows(
                 _advance(row, step.token, still)
         guessing = [i for i, r in enumerate(active) if r.is_guessing]
         if guessing:
-            temps = [active[i].temperature for i in guessing]
-            ids, probs = sampler.best(logits[guessing], temps, num_guesses)
+            keys = [active[i].key() for i in guessing]
+            ids, probs = sampler.guesses(logits[guessing], keys, num_guesses)
             for i, guesses, guess_probs in zip(guessing, ids, probs, strict=True):
                 row = active[i]
                 row.is_guessing = False

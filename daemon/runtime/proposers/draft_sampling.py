@@ -118,6 +118,40 @@ class DraftSampler:
         probs = (top - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
         return ids.tolist(), probs.tolist()
 
+    def guesses(
+        self, logits: torch.Tensor, keys: list[RowKey], num: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """The draft's guesses [A][<= num] for the token the verifier emits at each row's
+        position when it accepts every draft (the bonus), best first, and their probabilities
+        under the draft. Greedy rows: the draft's likeliest tokens. Sampled rows: first the
+        Gumbel-max of the draft's distribution with the position's field, the verifier's own
+        rule for the bonus with p in place of q (sampling/coupled_bonus.py), then the draft's
+        likeliest others. `logits` [A, V] are left as they were."""
+        num = min(num, logits.shape[-1])
+        ids, probs = self.best(logits, [k.temperature for k in keys], num)
+        sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
+        if not sampled:
+            return ids, probs
+        temps = torch.tensor([keys[i].temperature for i in sampled]).unsqueeze(-1)
+        scaled = logits[sampled] / temps  # [A', V] log q up to a constant per row
+        field = field_keys(
+            [keys[i].draft_seed for i in sampled], [keys[i].position for i in sampled]
+        )
+        coupled = gumbel_argmax(scaled, field)  # [A']
+        coupled_probs = (
+            scaled.gather(-1, coupled.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            - torch.logsumexp(scaled, dim=-1)
+        ).exp()  # [A']
+        pairs = zip(coupled.tolist(), coupled_probs.tolist(), strict=True)
+        for r, (token, prob) in enumerate(pairs):
+            if token < 0:  # every logit -inf: keep the likeliest tokens
+                continue
+            i = sampled[r]
+            others = [(t, p) for t, p in zip(ids[i], probs[i], strict=True) if t != token]
+            ids[i] = [token, *(t for t, _ in others[: num - 1])]
+            probs[i] = [prob, *(p for _, p in others[: num - 1])]
+        return ids, probs
+
     def _sample_rows(
         self, logits: torch.Tensor, keys: list[RowKey]
     ) -> list[tuple[int, SparseDraw]]:

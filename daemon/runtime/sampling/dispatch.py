@@ -1,13 +1,16 @@
 """Pick the rejection sampler for the device: the Triton kernel on CUDA (inputs drawn on the
 host are moved there first), the torch reference elsewhere and for proposals with a tail
 (the kernel handles listed tokens and point masses; an unlisted draft's class test and its
-coupled token go through the reference, which runs on CUDA tensors as well).
+coupled token go through the reference, which runs on CUDA tensors as well). Either way,
+with `bonus_keys` a sampled row's bonus token is then the Gumbel-max of its position's shared
+field (coupled_bonus.py).
 
 Triton is imported only on CUDA: on CPU it is never used, costs an import, and its bindings
 print leak warnings when the interpreter exits."""
 
 import torch
 
+from daemon.runtime.sampling.coupled_bonus import couple_bonus_tokens
 from daemon.runtime.sampling.rejection import rejection_sample
 
 
@@ -22,6 +25,31 @@ def rejection_sample_for_device(
     emit_uniform: torch.Tensor,  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
     tail_keys: torch.Tensor | None = None,  # [B, K] int64
+    bonus_keys: torch.Tensor | None = None,  # [B] int64 field keys of the bonus positions
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out, num_out = _rejection_sample(
+        draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs, target_probs,
+        is_greedy, uniform, emit_uniform, draft_sparse_tail, tail_keys,
+    )  # fmt: skip
+    if bonus_keys is not None:
+        device = target_probs.device
+        couple_bonus_tokens(
+            out, num_out, num_draft_tokens.to(device), target_probs, is_greedy, bonus_keys
+        )
+    return out, num_out
+
+
+def _rejection_sample(
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: torch.Tensor,
+    draft_sparse_ids: torch.Tensor | None,
+    draft_sparse_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    is_greedy: torch.Tensor,
+    uniform: torch.Tensor,
+    emit_uniform: torch.Tensor,
+    draft_sparse_tail: torch.Tensor | None,
+    tail_keys: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     has_tail = draft_sparse_tail is not None and bool((draft_sparse_tail > 0).any())
     if not has_tail:

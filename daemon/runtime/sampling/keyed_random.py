@@ -21,8 +21,9 @@ only such positions: a branch after the correction at n + a drafts at n + a + 1 
 As with any seeded generator, "independent uniform" means the usual pseudo-randomness of the
 stream; unseeded requests get a fresh random 63-bit draft seed.
 
-The verifier's own randomness (accept tests, corrections, bonus tokens) is untouched: it stays
-the request's `torch.Generator` (see `random.py`).
+The verifier's own randomness (accept tests, corrections) stays the request's
+`torch.Generator` (see `random.py`); a sampled row's bonus token is the Gumbel-max of the
+position's field (gumbel_field.py, coupled_bonus.py), which the drafter shares to guess it.
 """
 
 import random

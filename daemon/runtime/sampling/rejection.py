@@ -32,7 +32,9 @@ Proposal convention (q, per sequence b and position j):
 Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
 position j, and one float64 `emit_uniform[b]` for the token emitted after the accepted prefix,
 drawn by the inverse CDF of its distribution (`inverse_cdf.py`): one number per sequence
-whatever the vocabulary size, used once, at whichever position the sequence stops.
+whatever the vocabulary size, used once, at whichever position the sequence stops. (The engine
+then replaces a sampled row's bonus by the Gumbel-max of its position's field, which the
+drafter can guess: coupled_bonus.py, called by dispatch.py.)
 A batch of greedy rows only reads the target's argmax.
 """
 

@@ -1,0 +1,93 @@
+"""The bonus token of a sampled row is the Gumbel-max of its position's shared field: still an
+exact sample of the target (chi-square on the first two emitted tokens of one-draft rounds,
+where the second is the bonus whenever the draft is accepted), the very token the field picks,
+and the drafter's coupled guess of it is right whenever the two distributions are the same."""
+
+import torch
+
+from daemon.runtime.proposers.draft_sampling import DraftSampler, RowKey
+from daemon.runtime.sampling.coupled_bonus import couple_bonus_tokens
+from daemon.runtime.sampling.dispatch import rejection_sample_for_device
+from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
+from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
+from daemon.runtime.sampling.logits import sparse_top_k
+from daemon.runtime.sampling.random import (
+    emit_uniforms,
+    make_generators,
+    sample_sparse,
+    uniform_noise,
+)
+from tests.sampling.test_rejection_distribution import (
+    MIN_P_VALUE,
+    NUM_ROWS,
+    VOCAB,
+    chi_square_p,
+    draft_tables,
+    target_tables,
+)
+
+
+def test_bonus_from_the_field_follows_the_target() -> None:
+    seed = 11
+    gen = torch.Generator().manual_seed(seed)
+    p0, p1, _ = target_tables(gen, truncate=False)
+    q0, _ = draft_tables(gen)
+    gens = make_generators([seed * NUM_ROWS + row for row in range(NUM_ROWS)])
+    ids0, sp0 = sparse_top_k(q0.expand(NUM_ROWS, -1), 4)  # [N, S]
+    x0 = sample_sparse(ids0, sp0, gens)  # [N] one draft per row
+    draft_seeds = list(range(NUM_ROWS))
+    bonus_keys = field_keys(draft_seeds, [1] * NUM_ROWS)  # the bonus sits at position 1
+    num_draft = torch.ones(NUM_ROWS, dtype=torch.long)
+    target_probs = torch.stack([p0.expand(NUM_ROWS, -1), p1[x0]], dim=1)  # [N, 2, V]
+    out, num = rejection_sample_for_device(
+        x0.unsqueeze(1), num_draft, ids0.unsqueeze(1), sp0.unsqueeze(1), target_probs,
+        torch.zeros(NUM_ROWS, dtype=torch.bool), uniform_noise(gens, [1] * NUM_ROWS, 1),
+        emit_uniforms(gens), bonus_keys=bonus_keys,
+    )  # fmt: skip
+    bonus = num == 2
+    assert 0.1 < float(bonus.float().mean()) < 0.95  # both verdicts occur
+    # the bonus is the field's own pick over p at position 1
+    picked = gumbel_argmax(p1[x0[bonus]].clone(), bonus_keys[bonus], are_probs=True)
+    assert torch.equal(out[bonus, 1], picked)
+    t0 = out[:, 0]
+    next_token = sample_inverse_cdf(p1[t0], emit_uniforms(gens))  # the next round's token
+    t1 = torch.where(bonus, out[:, 1], next_token)
+    assert chi_square_p(t0, p0) > MIN_P_VALUE
+    joint = (p0.unsqueeze(-1) * p1).flatten()
+    assert chi_square_p(t0 * VOCAB + t1, joint) > MIN_P_VALUE
+
+
+def test_greedy_rows_and_rejections_keep_their_tokens() -> None:
+    probs = torch.softmax(torch.randn(3, 2, VOCAB, generator=torch.Generator().manual_seed(2)), -1)
+    output = torch.tensor([[4, 7], [5, -1], [6, 9]])
+    num_output = torch.tensor([2, 1, 2])  # row 1 stopped at its draft: a correction
+    num_draft = torch.tensor([1, 1, 1])
+    is_greedy = torch.tensor([True, False, False])
+    keys = field_keys([1, 2, 3], [5, 5, 5])
+    couple_bonus_tokens(output, num_output, num_draft, probs, is_greedy, keys)
+    assert output[0].tolist() == [4, 7] and output[1].tolist() == [5, -1]
+    expected = gumbel_argmax(probs[2, 1:].clone(), keys[2:], are_probs=True)
+    assert output[2].tolist() == [6, int(expected)]
+
+
+def test_drafter_guess_is_the_bonus_when_draft_equals_target() -> None:
+    gen = torch.Generator().manual_seed(8)
+    num_rows, vocab, temperature = 64, 1000, 1.0
+    logits = torch.randn(num_rows, vocab, generator=gen) * 2.0
+    keys = [RowKey(temperature, draft_seed=100 + r, position=17 + r) for r in range(num_rows)]
+    ids, probs = DraftSampler(sparse_top_k=32).guesses(logits.clone(), keys, num=3)
+    # the verifier: p = softmax(logits / T), every row's single draft accepted -> bonus at 1
+    target = torch.softmax(logits / temperature, dim=-1)
+    target_probs = torch.stack([target, target], dim=1)  # [R, 2, V]
+    output = torch.full((num_rows, 2), -1, dtype=torch.long)
+    bonus_keys = field_keys([k.draft_seed for k in keys], [k.position for k in keys])
+    couple_bonus_tokens(
+        output, torch.full((num_rows,), 2), torch.ones(num_rows, dtype=torch.long),
+        target_probs, torch.zeros(num_rows, dtype=torch.bool), bonus_keys,
+    )  # fmt: skip
+    assert [row[0] for row in ids] == output[:, 1].tolist()
+    likeliest = target.argmax(-1).tolist()
+    assert sum(row[0] == best for row, best in zip(ids, likeliest, strict=True)) < num_rows / 2
+    for row, row_probs, dist in zip(ids, probs, target, strict=True):
+        assert len(row) == 3 and len(set(row)) == 3  # the coupled guess, then two others
+        assert abs(row_probs[0] - float(dist[row[0]])) < 1e-5
