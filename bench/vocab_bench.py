@@ -158,7 +158,8 @@ def run_mode(
     other = stats.step_time_s - stats.prefill_time_s - stats.verify_time_s - stats.draft_time_s
     sampling_in_draft = max(0.0, stats.draft_time_s - draft_fwd)
     mode = "greedy" if temperature == 0 else f"T={temperature:g}"
-    mode += f", top-{sparse_top_k}+tail" if temperature > 0 else ""
+    if temperature > 0:
+        mode += ", coupled" if sparse_top_k == 0 else f", top-{sparse_top_k}+tail"
     mode += f", mass {sparse_mass:g}" if temperature > 0 and sparse_mass < 1.0 else ""
     sampled = temperature > 0
     wire_bytes = None
@@ -167,7 +168,8 @@ def run_mode(
             bytes_per_round_per_seq(
                 context_len=PROMPT_LEN,
                 k=k,
-                sparse_top_k=max(1, round(listed.mean)),  # as many as were listed
+                # as many as were listed (coupled drafts: none, the token alone)
+                sparse_top_k=0 if sparse_top_k == 0 else max(1, round(listed.mean)),
                 sampled=sampled,
                 vocab_size=target.vocab_size,
             )
@@ -228,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperatures", default="0,0.7,1.0")
     parser.add_argument(
         "--sparse-top-k", default=str(EngineConfig().draft_sparse_top_k),
-        help="comma-separated proposal widths to compare (above 254: local drafters only)",
+        help="comma-separated proposal widths to compare (above 4095: local drafters only; "
+        "0: coupled drafting, the token alone)",
     )  # fmt: skip
     parser.add_argument(
         "--sparse-mass", default="1.0",
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
             run_mode(target, draft, prompts, t, args.k, args.rounds, w, m)
             for t in temperatures
             for w in (widths if t > 0 else widths[:1])
-            for m in (masses if t > 0 else masses[:1])
+            for m in (masses if t > 0 and w > 0 else masses[:1])
         ]
     console.print(results_table(results, f"{title}, {args.threads} thread(s)"))
 

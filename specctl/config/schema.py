@@ -174,8 +174,11 @@ class SpeculationSpec(_Section):
         "overlapped", description="overlapped: draft round i+1 while round i is verified"
     )
     proposal_tokens: int = Field(
-        DEFAULT_PROPOSAL_TOKENS, ge=1, le=MAX_PROPOSAL_TOKENS,
-        description="tokens a sampled draft's proposal lists at most, the rest its tail",
+        DEFAULT_PROPOSAL_TOKENS, ge=0, le=MAX_PROPOSAL_TOKENS,
+        description=(
+            "tokens a sampled draft's proposal lists at most, the rest its tail; 0: coupled "
+            "drafting (the token alone, matched against the verifier's own draw)"
+        ),
     )  # fmt: skip
     proposal_mass: float = Field(
         1.0, gt=0.0, le=1.0,

@@ -142,8 +142,17 @@ def _engine(pair: tuple[Path, Path], proposer: str, sparse_k: int) -> SpecEngine
         ("draft", 4, SamplingParams(temperature=0.8)),  # sparse top-4 proposal
         ("draft", 4, SamplingParams(temperature=1.2, top_k=6, top_p=0.9)),  # truncated target
         ("ngram", 1, SamplingParams(temperature=1.0)),  # point-mass proposals
+        ("draft", 0, SamplingParams(temperature=0.8)),  # coupled drafts: the token alone
+        ("draft", 0, SamplingParams(temperature=1.2, top_k=6, top_p=0.9)),
     ],
-    ids=["full-q", "sparse-q", "sparse-q-truncated-p", "ngram-point-mass"],
+    ids=[
+        "full-q",
+        "sparse-q",
+        "sparse-q-truncated-p",
+        "ngram-point-mass",
+        "coupled",
+        "coupled-truncated-p",
+    ],
 )
 def test_output_distribution_is_the_targets(pair, proposer: str, sparse_k: int, params) -> None:
     engine = _engine(pair, proposer, sparse_k)

@@ -19,7 +19,7 @@ class RejectionInputs:
     uniform: torch.Tensor  # [B, K] float32
     emit_uniform: torch.Tensor  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None  # [B, K] float32
-    tail_keys: torch.Tensor | None = None  # [B, K] int64 Gumbel field keys
+    position_keys: torch.Tensor | None = None  # [B, K] int64 Gumbel field keys
 
     def args(self) -> tuple:
         return (
@@ -32,7 +32,7 @@ class RejectionInputs:
             self.uniform,
             self.emit_uniform,
             self.draft_sparse_tail,
-            self.tail_keys,
+            self.position_keys,
         )
 
 
@@ -59,12 +59,12 @@ def random_batch(
     drafts = torch.where(use_argmax, target_probs[:, :max_k].argmax(-1), random_ids)
     is_real = torch.arange(max_k) < num_draft.unsqueeze(-1)
     drafts = torch.where(is_real, drafts, PLACEHOLDER_TOKEN_ID)
-    sparse_ids = sparse_probs = sparse_tail = tail_keys = None
+    sparse_ids = sparse_probs = sparse_tail = position_keys = None
     if num_sparse is not None:
         sparse_ids, sparse_probs = _sparse_around(gen, drafts.clamp(min=0), vocab_size, num_sparse)
         if with_tails:
             sparse_probs, sparse_tail = _with_tails(gen, sparse_probs)
-            tail_keys = torch.randint(-(2**62), 2**62, (num_seqs, max_k), generator=gen)
+            position_keys = torch.randint(-(2**62), 2**62, (num_seqs, max_k), generator=gen)
     return RejectionInputs(
         draft_token_ids=drafts,
         num_draft_tokens=num_draft,
@@ -75,7 +75,7 @@ def random_batch(
         uniform=torch.rand(num_seqs, max_k, generator=gen),
         emit_uniform=torch.rand(num_seqs, generator=gen, dtype=torch.float64),
         draft_sparse_tail=sparse_tail,
-        tail_keys=tail_keys,
+        position_keys=position_keys,
     )
 
 

@@ -153,3 +153,22 @@ def test_scores_made_under_inference_mode_are_searched_and_restored() -> None:
     got = gumbel_argmax(scores, keys, excluded, are_probs=True)
     assert torch.equal(scores, before)
     assert got.tolist() == gumbel_argmax(before.clone(), keys, excluded, are_probs=True).tolist()
+
+
+@pytest.mark.parametrize("vocab", [64, 1000, 5003])
+def test_noise_scale_equals_the_dense_argmax_at_that_temperature(vocab: int) -> None:
+    """argmax (scores + s G) without dividing: the dense argmax of scores + s G, which is the
+    argmax of scores / s + G (logits at temperature s)."""
+    gen = torch.Generator().manual_seed(vocab + 1)
+    rows = 24
+    logits = torch.randn(rows, vocab, generator=gen) * 4
+    logits[3, ::2] = -math.inf
+    scale = 0.2 + 1.5 * torch.rand(rows, generator=gen)  # temperatures
+    keys = field_keys(list(range(rows)), [3 * r for r in range(rows)])
+    total = logits.double() + scale.double().unsqueeze(-1) * dense_field(keys, vocab)
+    got = gumbel_argmax(logits.clone(), keys, noise_scale=scale)
+    assert got.tolist() == total.argmax(-1).tolist()
+    divided = gumbel_argmax(logits / scale.unsqueeze(-1), keys)
+    assert (got == divided).float().mean() > 0.99  # the same up to rounding near ties
+    with pytest.raises(ValueError, match="noise_scale"):
+        gumbel_argmax(torch.softmax(logits, -1), keys, are_probs=True, noise_scale=scale)

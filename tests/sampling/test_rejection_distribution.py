@@ -66,17 +66,17 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
     q0, q1 = draft_tables(gen)
     gens = make_generators([seed * NUM_ROWS + row for row in range(NUM_ROWS)])
     ids0, sp0 = sparse_top_k(q0.expand(NUM_ROWS, -1), num_sparse)  # [N, S]
-    sparse_tail = tail_keys = None
+    sparse_tail = position_keys = None
     if mode == "point":  # greedy draft: point masses on the draft's argmax
         x0 = ids0[:, 0]
         x1 = q1[x0].argmax(-1)
         sparse_ids = sparse_probs = None
     elif mode == "tail":  # top-S with their own probabilities, the rest as a tail
-        tail_keys = torch.stack([field_keys(list(range(NUM_ROWS)), [seed * 2 + j] * NUM_ROWS)
+        position_keys = torch.stack([field_keys(list(range(NUM_ROWS)), [seed * 2 + j] * NUM_ROWS)
                                  for j in range(2)], dim=1)  # [N, 2]  # fmt: skip
         ids0, sp0, tail0, x0 = draft_with_tail(q0.expand(NUM_ROWS, -1), num_sparse,
-                                               tail_keys[:, 0], gens)  # fmt: skip
-        ids1, sp1, tail1, x1 = draft_with_tail(q1[x0], num_sparse, tail_keys[:, 1], gens)
+                                               position_keys[:, 0], gens)  # fmt: skip
+        ids1, sp1, tail1, x1 = draft_with_tail(q1[x0], num_sparse, position_keys[:, 1], gens)
         sparse_ids, sparse_probs = torch.stack([ids0, ids1], 1), torch.stack([sp0, sp1], 1)
         sparse_tail = torch.stack([tail0, tail1], 1)
     else:
@@ -94,7 +94,7 @@ def speculate(mode: str, num_sparse: int, truncate: bool, seed: int):
         uniform_noise(gens, [2] * NUM_ROWS, 2),
         emit_uniforms(gens),
         sparse_tail,
-        tail_keys,
+        position_keys,
     )
     t0 = out[:, 0]
     # one token emitted: the next round samples t1 from P1[t0]

@@ -12,7 +12,9 @@ class EngineConfig:
     max_batch_size: int = 16  # running sequences (KV-cache slots)
     num_speculative_tokens: int = 4  # k in fixed mode; the ceiling in adaptive mode
     adaptive: bool = False
-    draft_sparse_top_k: int = 32  # support of the sampled draft's proposal sent to the verifier
+    # support of the sampled draft's proposal sent to the verifier; 0: coupled drafting (the
+    # token alone, matched by the verifier: proposers/draft_sampling.py)
+    draft_sparse_top_k: int = 32
     # list no more of the draft's best tokens than it takes to cover this much of its mass
     draft_sparse_mass: float = 1.0
     # prompt tokens prefilled together in one padded pass; None: the device's default
@@ -27,8 +29,8 @@ class EngineConfig:
                 f"num_speculative_tokens must be in [0, {MAX_SPECULATIVE_TOKENS}], "
                 f"got {self.num_speculative_tokens}"
             )
-        if self.draft_sparse_top_k < 1:
-            raise RequestError(f"draft sparse top-k must be >= 1, got {self.draft_sparse_top_k}")
+        if self.draft_sparse_top_k < 0:
+            raise RequestError(f"draft sparse top-k must be >= 0, got {self.draft_sparse_top_k}")
         if not 0.0 < self.draft_sparse_mass <= 1.0:
             raise RequestError(f"draft sparse mass must be in (0, 1], got {self.draft_sparse_mass}")
         if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:

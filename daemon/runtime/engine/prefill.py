@@ -6,9 +6,8 @@ from daemon.runtime.engine.sequence import Sequence
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length, prefill_budget
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.sampling.argmax import argmax_last
-from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
+from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
 from daemon.runtime.sampling.logits import process_logits
-from daemon.runtime.sampling.random import emit_uniforms
 
 
 def prefill(target: CausalLM, seqs: list[Sequence], max_tokens_per_pass: int | None) -> None:
@@ -47,6 +46,9 @@ def sample_tokens(seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
         torch.tensor([p.top_k for p in params], dtype=torch.long),
         torch.tensor([p.top_p for p in params]),
     )
-    sampled = sample_inverse_cdf(probs, emit_uniforms([s.generator for s in seqs]))  # [B]
+    # [B] the Gumbel-max of p with the field of the first output position, as the verifier
+    # draws every later token it decides alone (sampling/coupled_bonus.py)
+    keys = field_keys([s.draft_seed for s in seqs], [len(s.token_ids) for s in seqs])
+    sampled = gumbel_argmax(probs, keys, are_probs=True)
     greedy = torch.tensor([p.is_greedy for p in params])
     return torch.where(greedy, argmax_last(probs), sampled).tolist()

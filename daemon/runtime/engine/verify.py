@@ -13,6 +13,7 @@ from daemon.runtime.proposers.base import Proposals
 from daemon.runtime.sampling.dispatch import rejection_sample_for_device
 from daemon.runtime.sampling.gumbel_field import field_keys
 from daemon.runtime.sampling.logits import process_logits
+from daemon.runtime.sampling.matching import accept_matching, target_choices
 from daemon.runtime.sampling.random import emit_uniforms, uniform_noise
 
 
@@ -40,6 +41,9 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
     verify_time_s = time.perf_counter() - start
     max_k = max(num_draft, default=0)
     logits = logits[:, : max_k + 1]  # [B, K+1, V]
+    if proposals.sparse_ids is None:  # point masses only: matched, no probabilities needed
+        out, num_out = _match(seqs, logits, drafts[:, :max_k], num_draft)
+        return _verdict(out, num_out, verify_time_s, batch.max_chunk_len)
     target_probs = _target_probs(seqs, logits)
     generators = [s.generator for s in seqs]
     num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
@@ -55,16 +59,40 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
         uniform,
         emit_uniform,
         _trim(proposals.sparse_tail, max_k),
-        _tail_keys(seqs, proposals.sparse_tail, max_k),
+        _position_keys(seqs, max_k),
         _bonus_keys(seqs, num_draft),
     )
+    return _verdict(out, num_out, verify_time_s, batch.max_chunk_len)
+
+
+def _verdict(
+    out: torch.Tensor, num_out: torch.Tensor, verify_time_s: float, tokens_per_seq: int
+) -> Verdict:
     out_lists, counts = out.tolist(), num_out.tolist()
     return Verdict(
         emitted=[row[:n] for row, n in zip(out_lists, counts, strict=True)],
         num_accepted=[n - 1 for n in counts],
         verify_time_s=verify_time_s,
-        tokens_per_seq=batch.max_chunk_len,
+        tokens_per_seq=tokens_per_seq,
     )
+
+
+def _match(
+    seqs: list[Sequence], logits: torch.Tensor, drafts: torch.Tensor, num_draft: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Point-mass drafts against the target's own choices (sampling/matching.py)."""
+    params = [s.request.params for s in seqs]
+    num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
+    choices = target_choices(
+        logits,
+        torch.tensor([p.is_greedy for p in params], dtype=torch.bool),
+        torch.tensor([p.temperature for p in params]),
+        torch.tensor([p.top_k for p in params], dtype=torch.long),
+        torch.tensor([p.top_p for p in params]),
+        _position_keys(seqs, logits.shape[1]),
+        num_draft_t + 1,
+    )  # [B, K+1]
+    return accept_matching(drafts, num_draft_t, choices.cpu())
 
 
 def _target_probs(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
@@ -84,12 +112,10 @@ def _target_probs(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
     return probs.reshape(num_seqs, rows, vocab)
 
 
-def _tail_keys(
-    seqs: list[Sequence], sparse_tail: torch.Tensor | None, max_k: int
-) -> torch.Tensor | None:
+def _position_keys(seqs: list[Sequence], max_k: int) -> torch.Tensor | None:
     """[B, K] the Gumbel field key of every draft position (the draft seed and the absolute
-    position the draft sits at), where some proposal has a tail; else None."""
-    if sparse_tail is None or not bool((sparse_tail > 0).any()):
+    position the draft sits at), where some sequence samples; else None."""
+    if all(s.request.params.is_greedy for s in seqs) or max_k == 0:
         return None
     seeds = [s.draft_seed for s in seqs for _ in range(max_k)]
     positions = [len(s.token_ids) + j for s in seqs for j in range(max_k)]

@@ -1,6 +1,9 @@
 """How a draft model turns one step's logits into draft tokens.
 
-Greedy rows draft the argmax (a point mass). Sampled rows draft from the draft's own
+Greedy rows draft the argmax (a point mass). With `sparse_top_k` = 0 (coupled drafting)
+sampled rows draft argmax (log q + G), G the Gumbel field of (draft seed, position), and send
+the token alone: the verifier matches it against its own argmax (log p + G) (see
+sampling/rejection.py). Otherwise sampled rows draft from the draft's own
 distribution at the request's temperature, sent as its most likely tokens (at most
 `sparse_top_k`, and no more than it takes to cover `sparse_mass` of the distribution) and a
 tail (the rest of the mass), quantised to integer counts out of N = 2^15
@@ -59,13 +62,13 @@ class DraftSampler:
     def __init__(
         self, sparse_top_k: int, num_alternatives: int = 1, sparse_mass: float = 1.0
     ) -> None:
-        if sparse_top_k < 1:
-            raise ValueError(f"sparse_top_k must be >= 1, got {sparse_top_k}")
+        if sparse_top_k < 0:
+            raise ValueError(f"sparse_top_k must be >= 0, got {sparse_top_k}")
         if num_alternatives < 1:
             raise ValueError(f"num_alternatives must be >= 1, got {num_alternatives}")
         if not 0.0 < sparse_mass <= 1.0:
             raise ValueError(f"sparse_mass must be in (0, 1], got {sparse_mass}")
-        self.sparse_top_k = sparse_top_k
+        self.sparse_top_k = sparse_top_k  # 0: coupled drafts, no proposal beyond the token
         self.sparse_mass = sparse_mass  # list tokens until they cover this much of q
         self.num_alternatives = num_alternatives  # best tokens reported per row
 
@@ -93,7 +96,19 @@ class DraftSampler:
             DraftStep(ids[0], None, ids, probs, probs[0])
             for ids, probs in zip(best_ids, best_probs, strict=True)
         ]
-        if sampled:
+        if sampled and self.sparse_top_k == 0:  # coupled: the field's pick, a point mass
+            rows_logits = logits if len(sampled) == len(keys) else logits[sampled]
+            tokens, token_probs = self._couple_rows(
+                rows_logits, [keys[i] for i in sampled], with_probs=with_alternatives
+            )
+            for i, token, prob in zip(sampled, tokens, token_probs, strict=True):
+                if token < 0:  # every logit -inf (no distribution): any token will do
+                    token = int(argmax_last(logits[i]))
+                step = steps[i]
+                step.token, step.token_prob = token, prob
+                if not with_alternatives:
+                    step.alternatives = [token]
+        elif sampled:
             # every row sampled and the logits disposable: no [A, V] copy
             rows_logits = logits if overwrite and len(sampled) == len(keys) else logits[sampled]
             rows = self._sample_rows(rows_logits, [keys[i] for i in sampled])
@@ -132,18 +147,10 @@ class DraftSampler:
         sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
         if not sampled:
             return ids, probs
-        temps = torch.tensor([keys[i].temperature for i in sampled]).unsqueeze(-1)
-        scaled = logits[sampled] / temps  # [A', V] log q up to a constant per row
-        field = field_keys(
-            [keys[i].draft_seed for i in sampled], [keys[i].position for i in sampled]
+        coupled, coupled_probs = self._couple_rows(
+            logits[sampled], [keys[i] for i in sampled], with_probs=True
         )
-        coupled = gumbel_argmax(scaled, field)  # [A']
-        coupled_probs = (
-            scaled.gather(-1, coupled.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-            - torch.logsumexp(scaled, dim=-1)
-        ).exp()  # [A']
-        pairs = zip(coupled.tolist(), coupled_probs.tolist(), strict=True)
-        for r, (token, prob) in enumerate(pairs):
+        for r, (token, prob) in enumerate(zip(coupled, coupled_probs, strict=True)):
             if token < 0:  # every logit -inf: keep the likeliest tokens
                 continue
             i = sampled[r]
@@ -151,6 +158,27 @@ class DraftSampler:
             ids[i] = [token, *(t for t, _ in others[: num - 1])]
             probs[i] = [prob, *(p for _, p in others[: num - 1])]
         return ids, probs
+
+    @staticmethod
+    def _couple_rows(
+        logits: torch.Tensor, keys: list[RowKey], with_probs: bool
+    ) -> tuple[list[int], list[float]]:
+        """logits [A', V] of sampled rows (left as they were) -> each row's
+        argmax_i (log q_i + G_i), G the field of (draft seed, position): the token the verifier
+        draws there when q is its own distribution (rejection.py, coupled_bonus.py); and
+        q(token) when `with_probs` (else 1.0). -1 where every logit is -inf."""
+        temps = torch.tensor([k.temperature for k in keys])  # [A']
+        field = field_keys([k.draft_seed for k in keys], [k.position for k in keys])
+        # [A'] argmax (logits / T + G) as argmax (logits + T G): no pass dividing [A', V]
+        tokens = gumbel_argmax(logits, field, noise_scale=temps)
+        if not with_probs:
+            return tokens.tolist(), [1.0] * len(keys)
+        scaled = logits / temps.unsqueeze(-1)  # [A', V] log q up to a constant per row
+        probs = (
+            scaled.gather(-1, tokens.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            - torch.logsumexp(scaled, dim=-1)
+        ).exp()  # [A']
+        return tokens.tolist(), probs.tolist()
 
     def _sample_rows(
         self, logits: torch.Tensor, keys: list[RowKey]

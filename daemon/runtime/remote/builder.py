@@ -43,10 +43,10 @@ def build_draft_proposer(
     """The drafter's proposer; `progress(bytes loaded, bytes in all)` while weights load."""
     if spec.draft is None:
         return NgramProposer(branch_width=spec.branch_width)
-    if not 1 <= spec.sparse_top_k <= MAX_LISTED:
+    if not 0 <= spec.sparse_top_k <= MAX_LISTED:
         raise SpecError(
-            f"sparse_top_k must be in [1, {MAX_LISTED}] for a remote drafter (what the wire "
-            f"carries per draft), got {spec.sparse_top_k}"
+            f"sparse_top_k must be in [0, {MAX_LISTED}] for a remote drafter (what the wire "
+            f"carries per draft; 0: the token alone), got {spec.sparse_top_k}"
         )
     if not 0.0 < spec.sparse_mass <= 1.0:
         raise SpecError(f"sparse_mass must be in (0, 1], got {spec.sparse_mass}")

@@ -17,7 +17,7 @@ def check_rejection_inputs(
     uniform: torch.Tensor,  # [B, K]
     emit_uniform: torch.Tensor,  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None,  # [B, K]
-    tail_keys: torch.Tensor | None = None,  # [B, K] int64
+    position_keys: torch.Tensor | None = None,  # [B, K] int64
 ) -> None:
     if draft_token_ids.dim() != 2:
         raise ValueError(f"draft_token_ids must be [B, K], got {_shape(draft_token_ids)}")
@@ -44,15 +44,15 @@ def check_rejection_inputs(
         if draft_sparse_ids is None:
             raise ValueError("draft_sparse_tail needs draft_sparse_ids and draft_sparse_probs")
         _expect(draft_sparse_tail, (num_seqs, max_k), "draft_sparse_tail")
-    if tail_keys is not None:
-        _expect(tail_keys, (num_seqs, max_k), "tail_keys", integer=True)
+    if position_keys is not None:
+        _expect(position_keys, (num_seqs, max_k), "position_keys", integer=True)
     tensors = (draft_token_ids, num_draft_tokens, target_probs, is_greedy, uniform, emit_uniform)
     if draft_sparse_ids is not None and draft_sparse_probs is not None:
         tensors += (draft_sparse_ids, draft_sparse_probs)
     if draft_sparse_tail is not None:
         tensors += (draft_sparse_tail,)
-    if tail_keys is not None:
-        tensors += (tail_keys,)
+    if position_keys is not None:
+        tensors += (position_keys,)
     devices = sorted({str(t.device) for t in tensors})
     if len(devices) > 1:
         raise ValueError(f"inputs are on several devices: {devices}")

@@ -1,7 +1,8 @@
 """Pick the rejection sampler for the device: the Triton kernel on CUDA (inputs drawn on the
 host are moved there first), the torch reference elsewhere and for proposals with a tail
-(the kernel handles listed tokens and point masses; an unlisted draft's class test and its
-coupled token go through the reference, which runs on CUDA tensors as well). Either way,
+(the kernel handles listed tokens and greedy point masses; an unlisted draft's class test and
+its coupled token, and a sampled row's point-mass draft, matched against the verifier's own
+Gumbel-max token, go through the reference, which runs on CUDA tensors as well). Either way,
 with `bonus_keys` a sampled row's bonus token is then the Gumbel-max of its position's shared
 field (coupled_bonus.py).
 
@@ -24,12 +25,12 @@ def rejection_sample_for_device(
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
-    tail_keys: torch.Tensor | None = None,  # [B, K] int64
+    position_keys: torch.Tensor | None = None,  # [B, K] int64
     bonus_keys: torch.Tensor | None = None,  # [B] int64 field keys of the bonus positions
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out, num_out = _rejection_sample(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs, target_probs,
-        is_greedy, uniform, emit_uniform, draft_sparse_tail, tail_keys,
+        is_greedy, uniform, emit_uniform, draft_sparse_tail, position_keys,
     )  # fmt: skip
     if bonus_keys is not None:
         device = target_probs.device
@@ -49,12 +50,21 @@ def _rejection_sample(
     uniform: torch.Tensor,
     emit_uniform: torch.Tensor,
     draft_sparse_tail: torch.Tensor | None,
-    tail_keys: torch.Tensor | None,
+    position_keys: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     has_tail = draft_sparse_tail is not None and bool((draft_sparse_tail > 0).any())
     if not has_tail:
-        draft_sparse_tail = tail_keys = None
-    if target_probs.device.type == "cuda" and not has_tail:
+        draft_sparse_tail = None
+    if (
+        target_probs.device.type == "cuda"
+        and not has_tail
+        and (
+            position_keys is None
+            or not _has_matched_drafts(
+                num_draft_tokens, draft_sparse_probs, is_greedy, draft_token_ids
+            )
+        )
+    ):
         from daemon.runtime.sampling import rejection_triton
 
         if rejection_triton.HAS_TRITON:
@@ -70,5 +80,21 @@ def _rejection_sample(
         *(None if t is None else t.to(device, non_blocking=True)
           for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
                     target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
-                    tail_keys))
+                    position_keys))
     )  # fmt: skip
+
+
+def _has_matched_drafts(
+    num_draft_tokens: torch.Tensor,  # [B]
+    draft_sparse_probs: torch.Tensor | None,  # [B, K, S]
+    is_greedy: torch.Tensor,  # [B]
+    draft_token_ids: torch.Tensor,  # [B, K]
+) -> bool:
+    """Whether a sampled row has a point-mass draft (matched against the verifier's own
+    Gumbel-max token, rejection.py: the reference does that, the kernel does not)."""
+    max_k = draft_token_ids.shape[1]
+    is_real = torch.arange(max_k) < num_draft_tokens.cpu().unsqueeze(-1)  # [B, K]
+    is_point = is_real & ~is_greedy.cpu().unsqueeze(-1)
+    if draft_sparse_probs is not None:
+        is_point &= (draft_sparse_probs.cpu() == 0).all(dim=-1)  # no tail here (checked)
+    return bool(is_point.any())

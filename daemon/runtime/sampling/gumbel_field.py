@@ -150,19 +150,24 @@ def gumbel_argmax(
     excluded: torch.Tensor | None = None,  # [N, S] int64 token ids, entries < 0 unused
     are_probs: bool = False,
     rows: torch.Tensor | None = None,  # [N] int64 the row of `scores` each key maximises
+    noise_scale: torch.Tensor | None = None,  # [N] float > 0 (raw scores only)
 ) -> torch.Tensor:
     """argmax_i (scores_i + G_i) per key, over the tokens its row does not exclude, [N] int64;
     -1 where no token is left (every score -inf). `are_probs`: the scores are probabilities,
     and log p is maximised (a zero probability is never picked). `rows` (distinct) picks the
-    rows of a larger tensor without copying it; default: row n for key n. Excluded entries
-    are masked for the search and restored."""
+    rows of a larger tensor without copying it; default: row n for key n. `noise_scale` s:
+    argmax_i (scores_i + s G_i), the same token as argmax_i (scores_i / s + G_i): logits at
+    temperature s without dividing them. Excluded entries are masked for the search and
+    restored."""
+    if noise_scale is not None and are_probs:
+        raise ValueError("noise_scale applies to raw scores (logits), not probabilities")
     num_keys = keys.shape[0]
     if rows is None:
         if scores.shape[0] != num_keys:
             raise ValueError(f"{num_keys} keys for {scores.shape[0]} rows of scores")
         rows = torch.arange(num_keys, device=scores.device)
     if excluded is None or not excluded.numel():
-        return _search(scores, rows, keys, are_probs)
+        return _search(scores, rows, keys, are_probs, noise_scale)
     if not scores.is_contiguous():  # masking in place needs rows that own their memory
         scores = scores.contiguous()
     key_index, entry = (excluded >= 0).nonzero(as_tuple=True)
@@ -173,7 +178,7 @@ def gumbel_argmax(
         saved = scores[at_rows, at_tokens]
         scores[at_rows, at_tokens] = _fill(are_probs)
         try:
-            return _search(scores, rows, keys, are_probs)
+            return _search(scores, rows, keys, are_probs, noise_scale)
         finally:
             scores[at_rows, at_tokens] = saved
 
@@ -188,6 +193,7 @@ def _search(
     rows: torch.Tensor,  # [N]
     keys: torch.Tensor,  # [N]
     are_probs: bool,
+    noise_scale: torch.Tensor | None,  # [N]
 ) -> torch.Tensor:
     num_keys = keys.shape[0]
     vocab_size = scores.shape[-1]
@@ -204,13 +210,17 @@ def _search(
         block_best = block_best.log_()
     words = _block_words(keys.unsqueeze(-1), torch.arange(num_blocks, device=device))  # [N, nb]
     block_max = _block_max(words, sizes)  # [N, nb] the block's largest noise
-    bound = block_best + block_max  # [N, nb] no entry of the block exceeds it
+    # [N, 1] float64 the noise's scale (1: none)
+    scale = torch.ones(num_keys, 1, dtype=torch.float64, device=device)
+    if noise_scale is not None:
+        scale = noise_scale.to(device, torch.float64).view(num_keys, 1)
+    bound = block_best + scale * block_max  # [N, nb] no entry of the block exceeds it
     # the block with the best bound first: its maximum is usually the answer
     all_keys = torch.arange(num_keys, device=device)
     first = bound.argmax(dim=-1)  # [N]
     in_first = _as_scores(_score_blocks(scores, rows, first, are_probs), are_probs)  # [N, BL]
     first_noise = _expand(words[all_keys, first], block_max[all_keys, first], sizes[first])
-    values, at = (in_first + first_noise).max(dim=-1)
+    values, at = (in_first + scale * first_noise).max(dim=-1)
     tokens = first * BLOCK + at  # [N]
     # then every entry of another block that could still beat it: a block's entries are at
     # most M_b, so only those whose score exceeds (best - M_b) can; only theirs is drawn
@@ -220,7 +230,10 @@ def _search(
     if not key_index.numel():
         return torch.where(values > -math.inf, tokens, -1)
     in_blocks = _score_blocks(scores, rows[key_index], blocks, are_probs)  # [P, BLOCK] raw
-    threshold = _lowered(values[key_index] - block_max[key_index, blocks], are_probs)  # [P]
+    scale_p = scale[key_index, 0]  # [P]
+    threshold = _lowered(
+        values[key_index] - scale_p * block_max[key_index, blocks], are_probs
+    )  # [P]
     pair, j = (in_blocks > threshold.unsqueeze(-1)).nonzero(as_tuple=True)  # [E]
     if pair.numel():
         entry_keys, entry_blocks = key_index[pair], blocks[pair]
@@ -228,7 +241,8 @@ def _search(
             words[entry_keys, entry_blocks], block_max[entry_keys, entry_blocks],
             sizes[entry_blocks], j,
         )  # fmt: skip
-        candidates = torch.cat([values, _as_scores(in_blocks[pair, j], are_probs) + noise])
+        entry_values = _as_scores(in_blocks[pair, j], are_probs) + scale[entry_keys, 0] * noise
+        candidates = torch.cat([values, entry_values])
         candidate_tokens = torch.cat([tokens, entry_blocks * BLOCK + j])
         owners = torch.cat([all_keys, entry_keys])
         values = values.scatter_reduce(0, owners, candidates, reduce="amax")

@@ -45,13 +45,13 @@ def process_logits(
         uses_top_k = (top_k > TOP_K_OFF) & (top_k < vocab_size)
         uses_top_p = top_p < TOP_P_OFF
         if vocab_size > 0 and bool((uses_top_k | uses_top_p).any()):
-            scaled = _apply_top_k_top_p(scaled, top_k, uses_top_k, top_p, uses_top_p)
+            scaled = apply_top_k_top_p(scaled, top_k, uses_top_k, top_p, uses_top_p)
         if inplace:  # the row-wise kernel reads each entry before writing it: safe in place
             return torch.ops.aten._softmax.out(scaled, -1, False, out=scaled)
         return torch.softmax(scaled, dim=-1)
 
 
-def _apply_top_k_top_p(
+def apply_top_k_top_p(
     logits: torch.Tensor,  # [N, V]
     top_k: torch.Tensor,  # [N]
     uses_top_k: torch.Tensor,  # [N] bool

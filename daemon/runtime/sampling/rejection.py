@@ -19,7 +19,7 @@ Proposal convention (q, per sequence b and position j):
     of an unlisted draft is the test of the class U (accept with min(1, p(U) / tail), the same
     for every token of U), and the token the class stands for is the verifier's own sample
     from p restricted to U, y = argmax_{i in U} (log p_i + G_i), with G the Gumbel field of
-    the draft position (gumbel_field.py, keyed by `tail_keys`). The drafter drew its own
+    the draft position (gumbel_field.py, keyed by `position_keys`). The drafter drew its own
     unlisted token as argmax_{i in U} (log q_i + G_i) with the same field, so the two agree
     most of the time (always when q = p on U); the draft is accepted when they do. When they
     differ, y is emitted there and the round ends: it is still exactly the token the proposal
@@ -27,8 +27,18 @@ Proposal convention (q, per sequence b and position j):
     The field of a position decides a committed token only at a position the round commits;
     positions drafted past the round's stop keep noise no verdict depended on (the argument of
     keyed_random.py), so the next round may draft there again with the same field.
-  * a position whose sparse probs and tail are ALL zero is a point mass on
-    draft_token_ids[b, j]; that is how greedy and sampled drafts share one batch.
+  * a position whose sparse probs and tail are ALL zero (or no sparse data at all) is a point
+    mass on draft_token_ids[b, j]; that is how greedy and sampled drafts share one batch. In a
+    sampled row such a draft is *matched*, not tested: the verifier draws its own token there,
+    y = argmax_i (log p_i + G_i) with the position's field, accepts the draft when it is y and
+    otherwise emits y and ends the round. Exact whatever the draft (the token committed at the
+    position is y, a Gumbel-max sample of p, either way), and accepted with probability p(x)
+    for a fixed x, as the test min(1, p(x) / 1) would be; but a drafter that draws x as
+    argmax (log q + G) with the same field (proposals of no listed tokens, coupled drafting:
+    proposers/draft_sampling.py) is accepted whenever shared noise makes q and p pick alike,
+    and sends no probabilities at all. A round of such drafts commits exactly the tokens the
+    target alone would sample with the same field, so speculation does not change a seeded
+    request's output.
 Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
 position j, and one float64 `emit_uniform[b]` for the token emitted after the accepted prefix,
 drawn by the inverse CDF of its distribution (`inverse_cdf.py`): one number per sequence
@@ -61,13 +71,16 @@ def rejection_sample(
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32
-    tail_keys: torch.Tensor | None = None,  # [B, K] int64 Gumbel field keys (where tail > 0)
+    # [B, K] int64 the Gumbel field key of every draft position: needed where a proposal has a
+    # tail; with them a sampled row's point-mass drafts are matched (see above), without
+    # tested as point masses
+    position_keys: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns output_token_ids [B, K+1] int64 (accepted drafts, then the correction or bonus
     token, PLACEHOLDER_TOKEN_ID after) and num_output_tokens [B] int64 = accepted + 1."""
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail, tail_keys,
+        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail, position_keys,
     )  # fmt: skip
     if draft_sparse_tail is None and draft_sparse_ids is not None:
         draft_sparse_tail = torch.zeros(draft_token_ids.shape, device=draft_token_ids.device)
@@ -95,11 +108,16 @@ def rejection_sample(
         accept_greedy = draft_token_ids == target_argmax[:, :max_k]
         accept = torch.where(is_greedy.unsqueeze(-1), accept_greedy, accept)
     accept &= is_real
-    coupled = None  # [B, K] the verifier's own token of an accepted class U, else -1
+    # [B, K] the verifier's own token where a draft is matched rather than tested, else -1
+    coupled = _matched_tokens(is_real, sparse, is_greedy, target_probs, position_keys)
+    if coupled is not None:
+        is_matched = coupled >= 0
+        accept = torch.where(is_matched, coupled == drafts, accept)
     if is_tail is not None:
         assert sparse is not None
-        coupled = _coupled_tokens(accept, is_tail, sparse, target_probs, tail_keys)
-        accept &= ~is_tail | (coupled == drafts)
+        in_tail = _coupled_tokens(accept, is_tail, sparse, target_probs, position_keys)
+        accept &= ~is_tail | (in_tail == drafts)
+        coupled = in_tail if coupled is None else torch.where(is_tail, in_tail, coupled)
     # [B] length of the accepted prefix, in [0, num_draft]
     num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)
 
@@ -107,11 +125,39 @@ def rejection_sample(
         drafts, num_draft_tokens, num_accepted, sparse, target_probs, target_argmax,
         is_greedy, emit_uniform,
     )  # fmt: skip
-    if coupled is not None:  # stopped at an accepted class U whose token differs: y stands
+    # stopped at a matched draft, or at an accepted class U, whose token differs: y stands
+    if coupled is not None:
         at = num_accepted.clamp(max=max_k - 1).unsqueeze(-1)  # [B, 1]
         forced = coupled.gather(1, at).squeeze(1)  # [B]
         token = torch.where((num_accepted < num_draft_tokens) & (forced >= 0), forced, token)
     return _assemble(draft_token_ids, num_accepted, token)
+
+
+def _matched_tokens(
+    is_real: torch.Tensor,  # [B, K] bool
+    sparse: "_Sparse | None",
+    is_greedy: torch.Tensor,  # [B] bool
+    target_probs: torch.Tensor,  # [B, K+1, V]
+    position_keys: torch.Tensor | None,  # [B, K]
+) -> torch.Tensor | None:
+    """[B, K] the verifier's Gumbel-max token of p at every point-mass draft of a sampled row
+    (those drafts are matched against it), -1 elsewhere; None when there is none, or no keys
+    (then such a draft is tested as the point mass it is: accepted with probability p(x))."""
+    if position_keys is None:
+        return None
+    is_point = is_real & ~is_greedy.unsqueeze(-1)  # [B, K]
+    if sparse is not None:
+        is_point &= (sparse.probs == 0).all(dim=-1) & (sparse.tail == 0)
+    rows, positions = is_point.nonzero(as_tuple=True)  # [E]
+    if not rows.numel():
+        return None
+    num_positions, vocab_size = target_probs.shape[1:]
+    matched = torch.full(is_real.shape, -1, dtype=torch.long, device=is_real.device)
+    flat = target_probs.reshape(-1, vocab_size)  # [B * (K+1), V] (a view when contiguous)
+    matched[rows, positions] = gumbel_argmax(
+        flat, position_keys[rows, positions], are_probs=True, rows=rows * num_positions + positions
+    )
+    return matched
 
 
 def _unlisted_mass(
@@ -129,13 +175,13 @@ def _coupled_tokens(
     is_tail: torch.Tensor,  # [B, K] the draft is unlisted under a non-zero tail
     sparse: "_Sparse",
     target_probs: torch.Tensor,  # [B, K+1, V]
-    tail_keys: torch.Tensor | None,  # [B, K]
+    position_keys: torch.Tensor | None,  # [B, K]
 ) -> torch.Tensor:
     """[B, K] the verifier's sample from p restricted to U, argmax_{i in U} (log p_i + G_i),
     at each unlisted draft whose class and every earlier draft passed (the only positions
     where it can matter); -1 elsewhere."""
-    if tail_keys is None:
-        raise ValueError("tail_keys are needed where a proposal has a non-zero tail")
+    if position_keys is None:
+        raise ValueError("position_keys are needed where a proposal has a non-zero tail")
     reached = accept.long().cumprod(dim=-1).bool() & is_tail  # [B, K]
     coupled = torch.full(accept.shape, -1, dtype=torch.long, device=accept.device)
     rows, positions = reached.nonzero(as_tuple=True)  # [E]
@@ -145,7 +191,7 @@ def _coupled_tokens(
         num_positions, vocab_size = target_probs.shape[1:]
         coupled[rows, positions] = gumbel_argmax(
             target_probs.reshape(-1, vocab_size),  # [B * (K+1), V] (a view when contiguous)
-            tail_keys[rows, positions],
+            position_keys[rows, positions],
             excluded,
             are_probs=True,
             rows=rows * num_positions + positions,

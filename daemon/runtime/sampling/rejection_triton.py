@@ -35,7 +35,7 @@ def rejection_sample_triton(
     uniform: torch.Tensor,  # [B, K] float32
     emit_uniform: torch.Tensor,  # [B] float64
     draft_sparse_tail: torch.Tensor | None = None,  # [B, K] float32, all zero
-    tail_keys: torch.Tensor | None = None,  # [B, K] int64: unused without a tail
+    position_keys: torch.Tensor | None = None,  # [B, K] int64: unused without a tail
     max_block_v: int = MAX_BLOCK_V,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel; same contract as `rejection.rejection_sample` for proposals without a tail
@@ -51,7 +51,7 @@ def rejection_sample_triton(
         )
     check_rejection_inputs(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
-        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail, tail_keys,
+        target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail, position_keys,
     )  # fmt: skip
     num_seqs, max_k = draft_token_ids.shape
     vocab_size = target_probs.shape[-1]
