@@ -43,10 +43,17 @@ def test_a_colocated_drafter_gets_them_in_the_verifier(tmp_path: Path) -> None:
     assert (verifier.sparse_top_k, verifier.sparse_mass) == (1024, 0.9)  # type: ignore[attr-defined]
 
 
+def test_zero_tokens_is_coupled_drafting_on_the_drafter(tmp_path: Path) -> None:
+    text = replace_line(RUNNABLE, 'mode = "overlapped"', 'mode = "overlapped"\nproposal_tokens = 0')
+    drafter = _shards(tmp_path, text)["drafter"]
+    assert drafter.sparse_top_k == 0  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
         ("proposal_tokens = 5000", "less than or equal to 4095, got 5000"),
+        ("proposal_tokens = -1", "greater than or equal to 0, got -1"),
         ("proposal_mass = 0", "greater than 0, got 0"),
     ],
 )
