@@ -15,6 +15,8 @@ pair instead (code prompts), where several `--sparse-top-k` widths compare the c
 proposal with full-distribution drafting (width = the vocabulary). `--sparse-mass` lists no
 more of the draft's best tokens than it takes to cover that mass (fewer bytes where the draft
 is confident); the table shows the tokens listed per sampled draft and the bytes that makes.
+Width 0 is coupled drafting (the token alone, matched against the verifier's own draw with
+the same Gumbel field); by default the bench compares it with the default width.
 """
 
 import argparse
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=12, help="rounds per request (about)")
     parser.add_argument("--temperatures", default="0,0.7,1.0")
     parser.add_argument(
-        "--sparse-top-k", default=str(EngineConfig().draft_sparse_top_k),
+        "--sparse-top-k", default=f"{EngineConfig().draft_sparse_top_k},0",
         help="comma-separated proposal widths to compare (above 4095: local drafters only; "
         "0: coupled drafting, the token alone)",
     )  # fmt: skip

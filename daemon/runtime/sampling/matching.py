@@ -44,8 +44,9 @@ def target_choices(
     flat = logits.reshape(num_seqs * width, vocab_size)  # a view for the model's logits
     if bool(greedy.any()):
         rows = greedy.flatten().nonzero().flatten()
-        every = rows.numel() == flat.shape[0]
-        choices.view(-1)[rows] = argmax_last(flat if every else flat[rows])
+        # most rows: one pass over all of them beats copying those needed first
+        most = 2 * rows.numel() >= flat.shape[0]
+        choices.view(-1)[rows] = argmax_last(flat)[rows] if most else argmax_last(flat[rows])
     if bool(sampled.any()):
         if keys is None:
             raise ValueError("keys are needed where a row samples")
