@@ -53,20 +53,27 @@ def target_choices(
         rows = sampled.flatten().nonzero().flatten()  # [N]
         seq = rows // width
         scores = flat if flat.is_contiguous() else flat.contiguous()
-        temps = temperature.to(device)[seq].float().unsqueeze(-1)  # [N, 1]
-        truncated = (top_k.to(device)[seq] > 0) & (top_k.to(device)[seq] < vocab_size)
-        truncated |= top_p.to(device)[seq] < 1.0
-        if bool(truncated.any()):  # a copy of the rows, truncated: only where asked for
-            picked = scores[rows] / temps
-            picked = apply_top_k_top_p(
-                picked, top_k.to(device)[seq], truncated & (top_k.to(device)[seq] > 0),
-                top_p.to(device)[seq], truncated & (top_p.to(device)[seq] < 1.0),
-            )  # fmt: skip
-            tokens = gumbel_argmax(picked, keys.to(device).flatten()[rows])
-        else:  # argmax (logits / T + G) as argmax (logits + T G): the logits left alone
-            tokens = gumbel_argmax(
-                scores, keys.to(device).flatten()[rows], rows=rows, noise_scale=temps.squeeze(-1)
+        row_keys = keys.to(device).flatten()[rows]  # [N]
+        temps = temperature.to(device)[seq].float()  # [N]
+        row_top_k, row_top_p = top_k.to(device)[seq], top_p.to(device)[seq]
+        uses_top_k = (row_top_k > 0) & (row_top_k < vocab_size)
+        uses_top_p = row_top_p < 1.0
+        # each row by one rule whatever else is in the batch: a plain row as
+        # argmax (logits + T G) = argmax (logits / T + G), the logits left alone; a truncated
+        # row over a copy of its logits / T with the truncated tokens at -inf
+        tokens = torch.empty_like(rows)
+        plain = (~(uses_top_k | uses_top_p)).nonzero().flatten()
+        if plain.numel():
+            tokens[plain] = gumbel_argmax(
+                scores, row_keys[plain], rows=rows[plain], noise_scale=temps[plain]
             )
+        cut = (uses_top_k | uses_top_p).nonzero().flatten()
+        if cut.numel():
+            picked = scores[rows[cut]] / temps[cut].unsqueeze(-1)  # [C, V]
+            picked = apply_top_k_top_p(
+                picked, row_top_k[cut], uses_top_k[cut], row_top_p[cut], uses_top_p[cut]
+            )
+            tokens[cut] = gumbel_argmax(picked, row_keys[cut])
         choices.view(-1)[rows] = tokens
     return choices
 
