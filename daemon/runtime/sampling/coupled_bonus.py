@@ -22,7 +22,7 @@ with their own fields.
 
 import torch
 
-from daemon.runtime.sampling.gumbel_field import gumbel_argmax
+from daemon.runtime.sampling.gumbel_field import gumbel_argmax_at
 
 
 def couple_bonus_tokens(
@@ -35,7 +35,7 @@ def couple_bonus_tokens(
 ) -> torch.Tensor:
     """Replaces the bonus token of every sampled row that accepted all its drafts with the
     field's Gumbel-max of p there; returns `output_token_ids`."""
-    num_seqs, num_positions, vocab_size = target_probs.shape
+    num_seqs = target_probs.shape[0]
     if bonus_keys.shape != (num_seqs,):
         raise ValueError(f"bonus_keys must be [{num_seqs}], got {list(bonus_keys.shape)}")
     device = target_probs.device
@@ -44,12 +44,7 @@ def couple_bonus_tokens(
     if not rows.numel():
         return output_token_ids
     at = num_draft_tokens[rows]  # [N] the bonus position in each row
-    keys = bonus_keys.to(device)[rows]
-    if target_probs.is_contiguous():  # [B * (K+1), V] a view: search the rows in place
-        flat = target_probs.view(num_seqs * num_positions, vocab_size)
-        tokens = gumbel_argmax(flat, keys, are_probs=True, rows=rows * num_positions + at)
-    else:  # [N, V] the bonus rows only
-        tokens = gumbel_argmax(target_probs[rows, at], keys, are_probs=True)
+    tokens = gumbel_argmax_at(target_probs, rows, at, bonus_keys.to(device)[rows], are_probs=True)
     # -1: no token has any probability (not a distribution); the inverse-CDF token stays
     current = output_token_ids[rows, at]
     output_token_ids[rows, at] = torch.where(tokens >= 0, tokens, current)

@@ -12,7 +12,7 @@ print leak warnings when the interpreter exits."""
 import torch
 
 from daemon.runtime.sampling.coupled_bonus import couple_bonus_tokens
-from daemon.runtime.sampling.rejection import rejection_sample
+from daemon.runtime.sampling.rejection import matched_drafts, rejection_sample
 
 
 def rejection_sample_for_device(
@@ -60,8 +60,15 @@ def _rejection_sample(
         and not has_tail
         and (
             position_keys is None
-            or not _has_matched_drafts(
-                num_draft_tokens, draft_sparse_probs, is_greedy, draft_token_ids
+            # a sampled row's point-mass draft is matched (the reference only)
+            or not bool(
+                matched_drafts(
+                    num_draft_tokens.cpu(),
+                    None if draft_sparse_probs is None else draft_sparse_probs.cpu(),
+                    None,  # no tail here (checked)
+                    is_greedy.cpu(),
+                    draft_token_ids.shape[1],
+                ).any()
             )
         )
     ):
@@ -82,19 +89,3 @@ def _rejection_sample(
                     target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
                     position_keys))
     )  # fmt: skip
-
-
-def _has_matched_drafts(
-    num_draft_tokens: torch.Tensor,  # [B]
-    draft_sparse_probs: torch.Tensor | None,  # [B, K, S]
-    is_greedy: torch.Tensor,  # [B]
-    draft_token_ids: torch.Tensor,  # [B, K]
-) -> bool:
-    """Whether a sampled row has a point-mass draft (matched against the verifier's own
-    Gumbel-max token, rejection.py: the reference does that, the kernel does not)."""
-    max_k = draft_token_ids.shape[1]
-    is_real = torch.arange(max_k) < num_draft_tokens.cpu().unsqueeze(-1)  # [B, K]
-    is_point = is_real & ~is_greedy.cpu().unsqueeze(-1)
-    if draft_sparse_probs is not None:
-        is_point &= (draft_sparse_probs.cpu() == 0).all(dim=-1)  # no tail here (checked)
-    return bool(is_point.any())

@@ -183,6 +183,24 @@ def gumbel_argmax(
             scores[at_rows, at_tokens] = saved
 
 
+def gumbel_argmax_at(
+    scores: torch.Tensor,  # [B, P, V] float32 (left as it was)
+    seqs: torch.Tensor,  # [E] int64
+    positions: torch.Tensor,  # [E] int64 (distinct (seq, position) pairs)
+    keys: torch.Tensor,  # [E] int64 field keys
+    excluded: torch.Tensor | None = None,  # [E, S] int64 token ids, entries < 0 unused
+    are_probs: bool = False,
+) -> torch.Tensor:
+    """`gumbel_argmax` at the rows scores[seqs, positions], [E] int64: searched in place
+    when `scores` is contiguous (its [B * P, V] view), else over a copy of those rows only."""
+    num_seqs, num_positions, vocab_size = scores.shape
+    if scores.is_contiguous():
+        flat = scores.view(num_seqs * num_positions, vocab_size)
+        rows = seqs * num_positions + positions
+        return gumbel_argmax(flat, keys, excluded, are_probs=are_probs, rows=rows)
+    return gumbel_argmax(scores[seqs, positions], keys, excluded, are_probs=are_probs)
+
+
 def _fill(are_probs: bool) -> float:
     """The score that never wins: probability 0, logit -inf."""
     return 0.0 if are_probs else -math.inf

@@ -54,7 +54,7 @@ import torch
 
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.checks import check_rejection_inputs
-from daemon.runtime.sampling.gumbel_field import gumbel_argmax
+from daemon.runtime.sampling.gumbel_field import gumbel_argmax_at
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 
 PLACEHOLDER_TOKEN_ID = -1
@@ -109,10 +109,18 @@ def rejection_sample(
         accept = torch.where(is_greedy.unsqueeze(-1), accept_greedy, accept)
     accept &= is_real
     # [B, K] the verifier's own token where a draft is matched rather than tested, else -1
-    coupled = _matched_tokens(is_real, sparse, is_greedy, target_probs, position_keys)
+    coupled = None
+    if position_keys is not None:  # without keys such drafts are tested as point masses
+        is_matched = matched_drafts(
+            num_draft_tokens,
+            None if sparse is None else sparse.probs,
+            None if sparse is None else sparse.tail,
+            is_greedy,
+            max_k,
+        )
+        coupled = _matched_tokens(is_matched, target_probs, position_keys)
     if coupled is not None:
-        is_matched = coupled >= 0
-        accept = torch.where(is_matched, coupled == drafts, accept)
+        accept = torch.where(coupled >= 0, coupled == drafts, accept)
     if is_tail is not None:
         assert sparse is not None
         in_tail = _coupled_tokens(accept, is_tail, sparse, target_probs, position_keys)
@@ -133,29 +141,39 @@ def rejection_sample(
     return _assemble(draft_token_ids, num_accepted, token)
 
 
-def _matched_tokens(
-    is_real: torch.Tensor,  # [B, K] bool
-    sparse: "_Sparse | None",
+def matched_drafts(
+    num_draft_tokens: torch.Tensor,  # [B] int64
+    sparse_probs: torch.Tensor | None,  # [B, K, S]
+    sparse_tail: torch.Tensor | None,  # [B, K]
     is_greedy: torch.Tensor,  # [B] bool
+    max_k: int,
+) -> torch.Tensor:
+    """[B, K] bool: the real drafts of sampled rows that are point masses (all-zero sparse
+    probs and tail, or no sparse data): matched against the verifier's own draw when the
+    position keys are given (see above)."""
+    device = num_draft_tokens.device
+    is_real = torch.arange(max_k, device=device) < num_draft_tokens.unsqueeze(-1)
+    is_point = is_real & ~is_greedy.to(device).unsqueeze(-1)
+    if sparse_probs is not None:
+        is_point &= (sparse_probs == 0).all(dim=-1)
+    if sparse_tail is not None:
+        is_point &= sparse_tail == 0
+    return is_point
+
+
+def _matched_tokens(
+    is_matched: torch.Tensor,  # [B, K] bool (matched_drafts)
     target_probs: torch.Tensor,  # [B, K+1, V]
-    position_keys: torch.Tensor | None,  # [B, K]
+    position_keys: torch.Tensor,  # [B, K]
 ) -> torch.Tensor | None:
-    """[B, K] the verifier's Gumbel-max token of p at every point-mass draft of a sampled row
-    (those drafts are matched against it), -1 elsewhere; None when there is none, or no keys
-    (then such a draft is tested as the point mass it is: accepted with probability p(x))."""
-    if position_keys is None:
-        return None
-    is_point = is_real & ~is_greedy.unsqueeze(-1)  # [B, K]
-    if sparse is not None:
-        is_point &= (sparse.probs == 0).all(dim=-1) & (sparse.tail == 0)
-    rows, positions = is_point.nonzero(as_tuple=True)  # [E]
+    """[B, K] the verifier's Gumbel-max token of p at every matched draft, -1 elsewhere;
+    None when there is none."""
+    rows, positions = is_matched.nonzero(as_tuple=True)  # [E]
     if not rows.numel():
         return None
-    num_positions, vocab_size = target_probs.shape[1:]
-    matched = torch.full(is_real.shape, -1, dtype=torch.long, device=is_real.device)
-    flat = target_probs.reshape(-1, vocab_size)  # [B * (K+1), V] (a view when contiguous)
-    matched[rows, positions] = gumbel_argmax(
-        flat, position_keys[rows, positions], are_probs=True, rows=rows * num_positions + positions
+    matched = torch.full(is_matched.shape, -1, dtype=torch.long, device=is_matched.device)
+    matched[rows, positions] = gumbel_argmax_at(
+        target_probs, rows, positions, position_keys[rows, positions], are_probs=True
     )
     return matched
 
@@ -188,14 +206,10 @@ def _coupled_tokens(
     if rows.numel():
         listed = sparse.probs[rows, positions] > 0  # [E, S]
         excluded = torch.where(listed, sparse.ids[rows, positions], -1)
-        num_positions, vocab_size = target_probs.shape[1:]
-        coupled[rows, positions] = gumbel_argmax(
-            target_probs.reshape(-1, vocab_size),  # [B * (K+1), V] (a view when contiguous)
-            position_keys[rows, positions],
-            excluded,
+        coupled[rows, positions] = gumbel_argmax_at(
+            target_probs, rows, positions, position_keys[rows, positions], excluded,
             are_probs=True,
-            rows=rows * num_positions + positions,
-        )
+        )  # fmt: skip
     return coupled
 
 
