@@ -74,9 +74,10 @@ def apply_deployment(
     connect(cluster.address, cluster.token_file)
     try:
         events.step("shards", "started", f"{len(desired)} shard(s)")
-        started = deploy_shards(
+        deployed = deploy_shards(
             desired, previous.shards if previous else [], events, opts.load_timeout_s
         )
+        started = deployed.started
         events.step("shards", "done", f"{len(started)} (re)started")
     finally:
         disconnect()
@@ -108,7 +109,7 @@ def apply_deployment(
         state.deployment_id = _record(home, state, plan)
     state.save(home.state_file)
     server_changed = ensure_server(home, state, events, opts.health_timeout_s)
-    steps = [*started, *(["server"] if server_changed else [])]
+    steps = [*started, *deployed.changed_live, *(["server"] if server_changed else [])]
     return ApplyResult(f"{state.server.url}/v1", plan, steps, state.deployment_id)  # type: ignore[union-attr]
 
 

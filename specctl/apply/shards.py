@@ -194,24 +194,33 @@ def _verifier(
     )
 
 
+@dataclass(slots=True)
+class Deployed:
+    started: list[str]  # actors (re)started (waited for until loaded)
+    changed_live: list[str]  # "<actor> speculation k=..": running shards changed in place
+
+
 def deploy_shards(
     desired: list[DesiredShard],
     previous: list[ShardState],
     events: ApplyEvents,
     load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
-) -> list[str]:
-    """Make the cluster run `desired`; returns the actors (re)started, to wait for."""
+) -> Deployed:
+    """Make the cluster run `desired`: what was (re)started and what was changed live."""
     before = {s.actor: s for s in previous}
     wanted = {d.actor for d in desired}
     for gone in before.keys() - wanted:
         kill_actor(gone)
         events.step(f"remove {gone}", "done")
     started: list[str] = []
+    changed_live: list[str] = []
     for shard in desired:
         name = _step_name(shard)
         old = before.get(shard.actor)
         handle = find_actor(shard.actor)
-        if old is not None and handle is not None and _reuse(shard, old, handle, events):
+        reused = None if old is None or handle is None else _reuse(shard, old, handle, events)
+        if reused is not None:
+            changed_live.extend([reused] if reused else [])
             continue
         if handle is not None:
             kill_actor(shard.actor)
@@ -233,7 +242,7 @@ def deploy_shards(
             events.step(name, "started", f"{tp} tensor-parallel ranks on {shard.node}")
         started.append(shard.actor)
     wait_loaded([d for d in desired if d.actor in started], events, load_timeout_s)
-    return started
+    return Deployed(started, changed_live)
 
 
 def _rank_template(spec: VerifierSpec | DrafterSpec) -> RankSpec:
@@ -252,22 +261,24 @@ def _rank_template(spec: VerifierSpec | DrafterSpec) -> RankSpec:
     )
 
 
-def _reuse(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvents) -> bool:
-    """Keep a running shard started with the same fingerprint (changing its speculation
-    settings live if only they differ); False when it must be replaced."""
+def _reuse(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvents) -> str | None:
+    """Keep a running shard started with the same fingerprint, changing its speculation
+    settings live if only they differ. None: it must be replaced; "": kept as it was; else
+    what was changed live ("<actor> speculation k=2, adaptive off")."""
     import ray
 
     if old.fingerprint != shard.fingerprint or not _is_up(handle):
-        return False
+        return None
     name = _step_name(shard)
     if shard.role == "verifier" and old.speculation != shard.speculation:
         live = json.loads(shard.speculation)
-        call = handle.set_speculation.remote(live["num_speculative_tokens"], live["adaptive"])
+        k, adaptive = live["num_speculative_tokens"], live["adaptive"]
+        call = handle.set_speculation.remote(k, adaptive)
         ray.get(call, timeout=STATUS_TIMEOUT_S + 60)
         events.step(name, "done", f"speculation changed live: {shard.speculation}")
-    else:
-        events.step(name, "skipped", f"already running on {shard.node}")
-    return True
+        return f"{shard.actor} speculation k={k}, adaptive {'on' if adaptive else 'off'}"
+    events.step(name, "skipped", f"already running on {shard.node}")
+    return ""
 
 
 def _step_name(shard: DesiredShard) -> str:

@@ -146,6 +146,8 @@ def test_changed_k_changes_only_the_speculation(deployment: tuple[Cli, Path]) ->
         done = cli.apply(config)
         assert done.returncode == 0, done.stderr
         assert "speculation changed live" in done.stderr
+        assert "changed: nothing" not in done.stdout  # the summary names the live change
+        assert "speculation k=2, adaptive off" in done.stdout, done.stdout
         after = cli.status()
         assert after["server_pid"] == before["server_pid"]
         assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
