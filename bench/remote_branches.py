@@ -101,14 +101,17 @@ def run_mode(
     mode: str,
     reference: list[list[int]] | None,
     transport_kind: str = "thread",
+    sparse_top_k: int = EngineConfig().draft_sparse_top_k,
 ) -> RunRow:
     transport = remote = None
     if mode == "colocated":
         proposer: Proposer = DraftModelProposer(
-            load_model(draft_dir, dtype="float32", num_slots=batch)
+            load_model(draft_dir, dtype="float32", num_slots=batch), sparse_top_k=sparse_top_k
         )
     else:
-        spec = DraftServerSpec(draft=draft_dir, num_slots=batch, dtype="float32")
+        spec = DraftServerSpec(
+            draft=draft_dir, num_slots=batch, dtype="float32", sparse_top_k=sparse_top_k
+        )
         transport = (
             ThreadTransport(build_draft_server(spec))
             if transport_kind == "thread"
@@ -200,6 +203,14 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--transport", choices=["thread", "process"], default="thread")
+    parser.add_argument(
+        "--sparse-top-k", type=int, default=EngineConfig().draft_sparse_top_k,
+        help="tokens a sampled draft's proposal lists (0: coupled drafting, the token alone)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--modes", nargs="+", default=None,
+        help='run only these modes (e.g. "colocated" "overlapped fresh b=1"); default: all',
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -210,6 +221,11 @@ def main() -> None:
     fixed = [f"overlapped fresh b={b}" for b in args.branches]
     adaptive = [f"overlapped {policy} adaptive" for policy in ("fresh", "skip", "auto")]
     modes = ["colocated", "sync", *fixed, *adaptive]
+    if args.modes:
+        unknown = sorted(set(args.modes) - set(modes))
+        if unknown:
+            parser.error(f"--modes: unknown {unknown}; choose from {modes}")
+        modes = [m for m in modes if m in args.modes]
     runs: list[RunRow] = []
     costs: list[CostRow] = []
     for batch in args.batch:
@@ -223,8 +239,9 @@ def main() -> None:
                 reference = _run(target, None, batch, prompts, params)[1]
             for mode in modes:
                 row = run_mode(
-                    target, str(draft_dir), batch, prompts, params, mode, reference, args.transport
-                )
+                    target, str(draft_dir), batch, prompts, params, mode, reference,
+                    args.transport, args.sparse_top_k,
+                )  # fmt: skip
                 runs.append(row)
                 print(_format_run(runs[-1]), flush=True)
         for branches in args.branches:

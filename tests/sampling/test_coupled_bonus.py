@@ -3,12 +3,13 @@ exact sample of the target (chi-square on the first two emitted tokens of one-dr
 where the second is the bonus whenever the draft is accepted), the very token the field picks,
 and the drafter's coupled guess of it is right whenever the two distributions are the same."""
 
+import pytest
 import torch
 
 from daemon.runtime.proposers.draft_sampling import DraftSampler, RowKey
 from daemon.runtime.sampling.coupled_bonus import couple_bonus_tokens
 from daemon.runtime.sampling.dispatch import rejection_sample_for_device
-from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
+from daemon.runtime.sampling.gumbel_field import dense_field, field_keys, gumbel_argmax
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 from daemon.runtime.sampling.logits import sparse_top_k
 from daemon.runtime.sampling.random import (
@@ -91,3 +92,34 @@ def test_drafter_guess_is_the_bonus_when_draft_equals_target() -> None:
     for row, row_probs, dist in zip(ids, probs, target, strict=True):
         assert len(row) == 3 and len(set(row)) == 3  # the coupled guess, then two others
         assert abs(row_probs[0] - float(dist[row[0]])) < 1e-5
+
+
+def test_coupled_alternatives_are_the_race_and_catch_the_verifiers_correction() -> None:
+    """Coupled drafting (sparse_top_k 0) with alternatives: a sampled row's draft is the race's
+    winner argmax (log q + G) and its alternatives the race's order (the dense ranking). Where
+    the verifier's own draw argmax (log p + G) differs (p near q), it is a runner-up of that
+    race far more often than one of the draft's likeliest tokens: the guesses for a correction
+    (and the bonus, `guesses`) are the runners-up."""
+    gen = torch.Generator().manual_seed(21)
+    num_rows, vocab, temperature = 400, 1000, 1.0
+    logits = torch.randn(num_rows, vocab, generator=gen) * 2.0  # the draft's
+    target = logits + torch.randn(num_rows, vocab, generator=gen) * 0.5  # the verifier's
+    keys = [RowKey(temperature, draft_seed=5 + r, position=30 + r) for r in range(num_rows)]
+    field = field_keys([k.draft_seed for k in keys], [k.position for k in keys])
+    sampler = DraftSampler(sparse_top_k=0, num_alternatives=3)
+    steps = sampler.sample(logits.clone(), keys, with_alternatives=True)
+    race = logits.double() / temperature + dense_field(field, vocab)  # [R, V]
+    assert [s.alternatives for s in steps] == race.topk(3, dim=-1).indices.tolist()
+    assert all(s.token == s.alternatives[0] and s.sparse is None for s in steps)
+    q = torch.softmax(logits / temperature, dim=-1)
+    for step, dist in zip(steps, q, strict=True):
+        expected = [float(dist[t]) for t in step.alternatives]
+        assert step.alternative_probs == pytest.approx(expected, rel=1e-5)
+    assert sampler.guesses(logits.clone(), keys, 3)[0] == [s.alternatives for s in steps]
+    verifier = gumbel_argmax(target / temperature, field).tolist()
+    likeliest = logits.topk(3, dim=-1).indices.tolist()
+    missed = [r for r, s in enumerate(steps) if s.token != verifier[r]]
+    assert len(missed) > 40  # enough corrections to compare
+    by_race = sum(verifier[r] in steps[r].alternatives[1:] for r in missed)
+    by_likeliest = sum(verifier[r] in likeliest[r] for r in missed)
+    assert by_race > 1.5 * by_likeliest, (by_race, by_likeliest, len(missed))

@@ -13,6 +13,7 @@ from daemon.runtime.sampling.gumbel_field import (
     field_key,
     field_keys,
     gumbel_argmax,
+    gumbel_topk,
     mix64_t,
 )
 from daemon.runtime.sampling.keyed_random import MASK64, mix64
@@ -172,3 +173,27 @@ def test_noise_scale_equals_the_dense_argmax_at_that_temperature(vocab: int) -> 
     assert (got == divided).float().mean() > 0.99  # the same up to rounding near ties
     with pytest.raises(ValueError, match="noise_scale"):
         gumbel_argmax(torch.softmax(logits, -1), keys, are_probs=True, noise_scale=scale)
+
+
+@pytest.mark.parametrize("vocab", [5, 64, 1000, 5003])
+@pytest.mark.parametrize("num", [1, 3, 70])
+def test_topk_is_the_dense_ranking_and_starts_with_the_argmax(vocab: int, num: int) -> None:
+    """gumbel_topk: the num best of scores + s G over the dense field, best first, -1 past
+    the finite scores; its first is gumbel_argmax's token; the scores are left as they were."""
+    num = min(num, vocab)
+    gen = torch.Generator().manual_seed(vocab * 7 + num)
+    rows = 12
+    logits = torch.randn(rows, vocab, generator=gen) * 3
+    logits[0, : vocab - 2] = -math.inf  # two finite scores only
+    logits[1] = -math.inf  # none
+    before = logits.clone()
+    scale = 0.2 + 1.5 * torch.rand(rows, generator=gen)
+    keys = field_keys(list(range(rows)), [11 * r for r in range(rows)])
+    got = gumbel_topk(logits, keys, num, noise_scale=scale)
+    total = logits.double() + scale.double().unsqueeze(-1) * dense_field(keys, vocab)
+    values, ids = total.topk(num, dim=-1)
+    assert got.tolist() == torch.where(values > -math.inf, ids, -1).tolist()
+    assert got[:, 0].tolist() == gumbel_argmax(logits, keys, noise_scale=scale).tolist()
+    assert torch.equal(logits, before)
+    with pytest.raises(ValueError, match="num"):
+        gumbel_topk(logits, keys, vocab + 1)

@@ -26,7 +26,7 @@ import torch
 
 from daemon.runtime.proposers.drafts import SparseDraw
 from daemon.runtime.sampling.argmax import argmax_last
-from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
+from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax, gumbel_topk
 from daemon.runtime.sampling.keyed_random import keyed_draw, keyed_u64
 from daemon.runtime.sampling.logits import process_logits, top_k
 from daemon.runtime.sampling.quantized import (
@@ -82,32 +82,46 @@ class DraftSampler:
         """logits [A, V] float32, one key per row -> one draft per row. `overwrite`: the
         logits are not needed afterwards and may be turned into probabilities in place."""
         sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
-        if with_alternatives:
-            best_ids, best_probs = self.best(logits, [k.temperature for k in keys])
+        best_ids = [[-1]] * len(keys)  # sampled rows: their token, set below
+        best_probs = [[1.0]] * len(keys)  # not estimated
+        if with_alternatives:  # the draft's likeliest tokens (coupled rows: their race, below)
+            ranked = [
+                i for i, key in enumerate(keys) if key.temperature <= 0.0 or self.sparse_top_k
+            ]
+            if ranked:
+                rows = logits if len(ranked) == len(keys) else logits[ranked]
+                ids, probs = self.best(rows, [keys[i].temperature for i in ranked])
+                for i, row_ids, row_probs in zip(ranked, ids, probs, strict=True):
+                    best_ids[i], best_probs[i] = row_ids, row_probs
         else:
-            best_ids = [[-1]] * len(keys)  # sampled rows: their token, set below
             greedy = [i for i, key in enumerate(keys) if key.temperature <= 0.0]
             if greedy:  # a pass over the vocabulary: only for the rows that use it
                 rows = logits if len(greedy) == len(keys) else logits[greedy]
                 for i, token in zip(greedy, argmax_last(rows).tolist(), strict=True):
                     best_ids[i] = [token]
-            best_probs = [[1.0]] * len(keys)  # not estimated
         steps = [
             DraftStep(ids[0], None, ids, probs, probs[0])
             for ids, probs in zip(best_ids, best_probs, strict=True)
         ]
         if sampled and self.sparse_top_k == 0:  # coupled: the field's pick, a point mass
             rows_logits = logits if len(sampled) == len(keys) else logits[sampled]
-            tokens, token_probs = self._couple_rows(
-                rows_logits, [keys[i] for i in sampled], with_probs=with_alternatives
-            )
-            for i, token, prob in zip(sampled, tokens, token_probs, strict=True):
-                if token < 0:  # every logit -inf (no distribution): any token will do
-                    token = int(argmax_last(logits[i]))
+            sampled_keys = [keys[i] for i in sampled]
+            if with_alternatives:  # the race's order: where the verifier's draw falls next
+                ranked, ranked_probs = self._coupled_ranking(
+                    rows_logits, sampled_keys, self.num_alternatives
+                )
+            else:
+                tokens = self._couple_rows(rows_logits, sampled_keys)
+                ranked = [[t] if t >= 0 else [] for t in tokens]
+                ranked_probs = [[1.0]] * len(tokens)  # not estimated
+            for i, ids, probs in zip(sampled, ranked, ranked_probs, strict=True):
                 step = steps[i]
-                step.token, step.token_prob = token, prob
-                if not with_alternatives:
-                    step.alternatives = [token]
+                if not ids:  # every logit -inf (no distribution): any token will do
+                    step.token = int(argmax_last(logits[i]))
+                    step.alternatives = [step.token]
+                    continue
+                step.token, step.token_prob = ids[0], probs[0]
+                step.alternatives, step.alternative_probs = ids, probs
         elif sampled:
             # every row sampled and the logits disposable: no [A, V] copy
             rows_logits = logits if overwrite and len(sampled) == len(keys) else logits[sampled]
@@ -140,45 +154,57 @@ class DraftSampler:
         position when it accepts every draft (the bonus), best first, and their probabilities
         under the draft. Greedy rows: the draft's likeliest tokens. Sampled rows: first the
         Gumbel-max of the draft's distribution with the position's field, the verifier's own
-        rule for the bonus with p in place of q (sampling/coupled_bonus.py), then the draft's
-        likeliest others. `logits` [A, V] are left as they were."""
+        rule for the bonus with p in place of q (sampling/coupled_bonus.py), then the runners-up
+        of the same race (the verifier's draw when it is not the first, for p near q).
+        `logits` [A, V] are left as they were."""
         num = min(num, logits.shape[-1])
         ids, probs = self.best(logits, [k.temperature for k in keys], num)
         sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
         if not sampled:
             return ids, probs
-        coupled, coupled_probs = self._couple_rows(
-            logits[sampled], [keys[i] for i in sampled], with_probs=True
+        ranked, ranked_probs = self._coupled_ranking(
+            logits[sampled], [keys[i] for i in sampled], num
         )
-        for r, (token, prob) in enumerate(zip(coupled, coupled_probs, strict=True)):
-            if token < 0:  # every logit -inf: keep the likeliest tokens
-                continue
-            i = sampled[r]
-            others = [(t, p) for t, p in zip(ids[i], probs[i], strict=True) if t != token]
-            ids[i] = [token, *(t for t, _ in others[: num - 1])]
-            probs[i] = [prob, *(p for _, p in others[: num - 1])]
+        for i, row_ids, row_probs in zip(sampled, ranked, ranked_probs, strict=True):
+            if row_ids:  # else every logit -inf: keep the likeliest tokens
+                ids[i], probs[i] = row_ids, row_probs
         return ids, probs
 
     @staticmethod
-    def _couple_rows(
-        logits: torch.Tensor, keys: list[RowKey], with_probs: bool
-    ) -> tuple[list[int], list[float]]:
+    def _coupled_ranking(
+        logits: torch.Tensor, keys: list[RowKey], num: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """logits [A', V] of sampled rows (left as they were) -> per row the first `num`
+        tokens of the race argmax_i (log q_i + G_i), G the field of (draft seed, position),
+        and their probabilities under q. The first is the coupled draft (or bonus guess);
+        when the verifier's own draw argmax_i (log p_i + G_i) differs, it is most likely one
+        of the runners-up (the same noise, p near q), so they are the guesses for a
+        correction. Rows whose every logit is -inf: empty."""
+        num = min(num, logits.shape[-1])
+        temps = torch.tensor([k.temperature for k in keys])  # [A']
+        field = field_keys([k.draft_seed for k in keys], [k.position for k in keys])
+        picked = gumbel_topk(logits, field, num, noise_scale=temps)  # [A', num]
+        scaled = logits / temps.unsqueeze(-1)  # [A', V] log q up to a constant per row
+        log_q = scaled.gather(-1, picked.clamp(min=0)) - torch.logsumexp(
+            scaled, dim=-1, keepdim=True
+        )  # [A', num]
+        ids, probs = [], []
+        for row_ids, row_probs in zip(picked.tolist(), log_q.exp().tolist(), strict=True):
+            kept = [(t, p) for t, p in zip(row_ids, row_probs, strict=True) if t >= 0]
+            ids.append([t for t, _ in kept])
+            probs.append([p for _, p in kept])
+        return ids, probs
+
+    @staticmethod
+    def _couple_rows(logits: torch.Tensor, keys: list[RowKey]) -> list[int]:
         """logits [A', V] of sampled rows (left as they were) -> each row's
         argmax_i (log q_i + G_i), G the field of (draft seed, position): the token the verifier
-        draws there when q is its own distribution (rejection.py, coupled_bonus.py); and
-        q(token) when `with_probs` (else 1.0). -1 where every logit is -inf."""
+        draws there when q is its own distribution (rejection.py, coupled_bonus.py); -1 where
+        every logit is -inf."""
         temps = torch.tensor([k.temperature for k in keys])  # [A']
         field = field_keys([k.draft_seed for k in keys], [k.position for k in keys])
         # [A'] argmax (logits / T + G) as argmax (logits + T G): no pass dividing [A', V]
-        tokens = gumbel_argmax(logits, field, noise_scale=temps)
-        if not with_probs:
-            return tokens.tolist(), [1.0] * len(keys)
-        scaled = logits / temps.unsqueeze(-1)  # [A', V] log q up to a constant per row
-        probs = (
-            scaled.gather(-1, tokens.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-            - torch.logsumexp(scaled, dim=-1)
-        ).exp()  # [A']
-        return tokens.tolist(), probs.tolist()
+        return gumbel_argmax(logits, field, noise_scale=temps).tolist()
 
     def _sample_rows(
         self, logits: torch.Tensor, keys: list[RowKey]

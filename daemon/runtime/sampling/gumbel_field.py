@@ -183,6 +183,89 @@ def gumbel_argmax(
             scores[at_rows, at_tokens] = saved
 
 
+def gumbel_topk(
+    scores: torch.Tensor,  # [N, V] float32 raw scores (logits), left as they were
+    keys: torch.Tensor,  # [N] int64 field keys
+    num: int,
+    noise_scale: torch.Tensor | None = None,  # [N] float > 0
+) -> torch.Tensor:
+    """The `num` tokens with the largest scores_i + s G_i per key, best first, [N, num] int64
+    (-1 past the tokens with a finite score): the first is `gumbel_argmax`'s token, the
+    others the runners-up of the same race. One search: the num blocks with the best bounds,
+    then the entries of every other block that could beat the num-th best value found there."""
+    num_keys, vocab_size = scores.shape
+    if keys.shape[0] != num_keys:
+        raise ValueError(f"{keys.shape[0]} keys for {num_keys} rows of scores")
+    if not 1 <= num <= vocab_size:
+        raise ValueError(f"num must be in [1, vocab_size={vocab_size}], got {num}")
+    device = scores.device
+    sizes = _block_sizes(vocab_size, device)  # [nb]
+    num_blocks = sizes.shape[0]
+    rows = torch.arange(num_keys, device=device)
+    words = _block_words(keys.unsqueeze(-1), torch.arange(num_blocks, device=device))  # [N, nb]
+    block_max = _block_max(words, sizes)  # [N, nb]
+    scale = torch.ones(num_keys, 1, dtype=torch.float64, device=device)
+    if noise_scale is not None:
+        scale = noise_scale.to(device, torch.float64).view(num_keys, 1)
+    bound = _block_maxima(scores).double() + scale * block_max  # [N, nb]
+    # the blocks with the best bounds first (as many as tokens asked): they usually hold the
+    # answer, and the num-th best value among them prunes the other blocks hard
+    num_first = min(num, num_blocks)
+    first = bound.topk(num_first, dim=-1).indices  # [N, F]
+    first_rows = rows.repeat_interleave(num_first)  # [N * F]
+    first_blocks = first.flatten()  # [N * F]
+    in_first = _as_scores(_score_blocks(scores, first_rows, first_blocks, False), False)
+    first_noise = _expand(
+        words[first_rows, first_blocks], block_max[first_rows, first_blocks], sizes[first_blocks]
+    )  # [N * F, BLOCK]
+    # [N, F * BLOCK] candidates per key, and their tokens
+    values = (in_first + scale[first_rows] * first_noise).view(num_keys, -1)
+    tokens = (first_blocks.unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=device)).view(
+        num_keys, -1
+    )
+    # the num-th best so far ([N]; -inf when those blocks hold fewer than num entries)
+    kth = values.topk(min(num, values.shape[-1]), dim=-1).values[:, -1]
+    if num > values.shape[-1]:
+        kth = torch.full_like(kth, -math.inf)
+    # then the entries of other blocks that could still beat it
+    rest = bound > kth.unsqueeze(-1)  # [N, nb]
+    rest.scatter_(1, first, False)
+    key_index, blocks = rest.nonzero(as_tuple=True)  # [P]
+    if key_index.numel():
+        in_blocks = _score_blocks(scores, key_index, blocks, False)  # [P, BLOCK]
+        scale_p = scale[key_index, 0]  # [P]
+        threshold = _lowered(kth[key_index] - scale_p * block_max[key_index, blocks], False)
+        pair, j = (in_blocks > threshold.unsqueeze(-1)).nonzero(as_tuple=True)  # [E]
+        if pair.numel():
+            owner, entry_blocks = key_index[pair], blocks[pair]  # [E] owner ascending
+            noise = _entry_noise(
+                words[owner, entry_blocks], block_max[owner, entry_blocks],
+                sizes[entry_blocks], j,
+            )  # fmt: skip
+            entry_values = _as_scores(in_blocks[pair, j], False) + scale[owner, 0] * noise
+            # each entry's column: its rank among its key's entries (nonzero keeps them in
+            # key order), after the first block's
+            counts = torch.bincount(owner, minlength=num_keys)  # [N]
+            starts = counts.cumsum(0) - counts  # [N]
+            column = torch.arange(owner.shape[0], device=device) - starts[owner]  # [E]
+            width = int(counts.max())
+            more_values = torch.full(
+                (num_keys, width), -math.inf, dtype=torch.float64, device=device
+            )  # [N, W]
+            more_tokens = torch.full((num_keys, width), -1, dtype=torch.long, device=device)
+            more_values[owner, column] = entry_values
+            more_tokens[owner, column] = entry_blocks * BLOCK + j
+            values = torch.cat([values, more_values], dim=-1)  # [N, BLOCK + W]
+            tokens = torch.cat([tokens, more_tokens], dim=-1)
+    # [N, num] the best num of each key, best first
+    best, at = values.topk(min(num, values.shape[-1]), dim=-1)
+    out = torch.where(best > -math.inf, tokens.gather(-1, at), -1)
+    if out.shape[-1] < num:  # fewer candidates than asked: the rest have no finite score
+        pad = torch.full((num_keys, num - out.shape[-1]), -1, dtype=torch.long, device=device)
+        out = torch.cat([out, pad], dim=-1)
+    return out
+
+
 def gumbel_argmax_at(
     scores: torch.Tensor,  # [B, P, V] float32 (left as it was)
     seqs: torch.Tensor,  # [E] int64
