@@ -17,7 +17,8 @@ whenever it is drafted.
 
 With `with_alternatives`, every row also reports the draft's best tokens at that position
 and their probabilities (its guesses for a correction there, used to plan pre-drafted
-branches); without, only the token (no extra work over the vocabulary).
+branches; for a coupled row the runners-up of its race, where the verifier's own draw falls
+when it is not the draft); without, only the token (no extra work over the vocabulary).
 """
 
 from dataclasses import dataclass
