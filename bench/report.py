@@ -43,6 +43,26 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         )
     console.print(table)
     b = report["bound"]
+    if b is None:
+        console.print("analytic bound at batch 1: not computed (concurrency 1 was not run)")
+    else:
+        _print_bound(b, console)
+    lowest = report.get("lossless_concurrency", 1)
+    console.print(
+        f"greedy outputs identical to target-only at concurrency {lowest}: {report['lossless']}"
+    )
+    _print_adaptive(report.get("adaptive", []), console)
+    for batch, points in report.get("forward_curve", {}).items():
+        curve = " ".join(f"{p['over_t1']:.2f}" for p in points)
+        console.print(
+            f"target pass of t tokens over 1 token, batch {batch}, t=1..9: {curve} "
+            f"(t=1: {points[0]['ms']:.1f} ms)"
+        )
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+
+
+def _print_bound(b: dict[str, Any], console: Console) -> None:
     console.print(
         f"analytic bound at batch 1: per-position acceptance a={b['acceptance']:.3f} "
         f"(fitted to the fixed-k run), k={b['k']}, "
@@ -58,16 +78,6 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
             f"{100 * b['prefill_share']:.0f}% of the speculative run): measured "
             f"{b['measured_decode_speedup']:.2f}x; efficiency {b['decode_efficiency']:.2f}"
         )
-    console.print(f"greedy outputs identical to target-only at batch 1: {report['lossless']}")
-    _print_adaptive(report.get("adaptive", []), console)
-    for batch, points in report.get("forward_curve", {}).items():
-        curve = " ".join(f"{p['over_t1']:.2f}" for p in points)
-        console.print(
-            f"target pass of t tokens over 1 token, batch {batch}, t=1..9: {curve} "
-            f"(t=1: {points[0]['ms']:.1f} ms)"
-        )
-    for note in report["notes"]:
-        console.print(f"note: {note}")
 
 
 def _print_adaptive(summary: list[dict[str, Any]], console: Console) -> None:

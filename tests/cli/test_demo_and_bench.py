@@ -97,6 +97,23 @@ def test_bench_wide_shape_builds_and_reports_it(tmp_path: Path) -> None:
     assert "target shape wide" in proc.stdout
 
 
+def test_bench_without_batch_1_reports_no_bound(tmp_path: Path) -> None:
+    """The analytic bound models batch 1: a run at other concurrencies says it was not
+    computed (it crashed on a StopIteration) and compares outputs at its lowest one."""
+    target, draft = demo_pair_dirs()
+    proc = specctl(
+        "bench", "--target", target, "--draft", draft, "--no-peers", "--concurrency", "2",
+        "--ks", "2", "-k", "2", "--num-prompts", "2", "--max-tokens", "4", "--out", tmp_path,
+        "--threads", "1", "--repeats", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (report,) = json.loads((tmp_path / "bench.json").read_text())["shapes"]
+    assert report["bound"] is None
+    assert report["lossless"] is True and report["lossless_concurrency"] == 2
+    assert "not computed (concurrency 1 was not run)" in proc.stdout
+    assert "identical to target-only at concurrency 2: True" in proc.stdout
+
+
 @pytest.mark.parametrize(
     "args,option",
     [
