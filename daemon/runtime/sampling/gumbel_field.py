@@ -223,10 +223,8 @@ def gumbel_topk(
     tokens = (first_blocks.unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=device)).view(
         num_keys, -1
     )
-    # the num-th best so far ([N]; -inf when those blocks hold fewer than num entries)
-    kth = values.topk(min(num, values.shape[-1]), dim=-1).values[:, -1]
-    if num > values.shape[-1]:
-        kth = torch.full_like(kth, -math.inf)
+    # the num-th best so far [N] (F blocks hold at least num entries: num <= V <= nb * BLOCK)
+    kth = values.topk(num, dim=-1).values[:, -1]
     # then the entries of other blocks that could still beat it
     rest = bound > kth.unsqueeze(-1)  # [N, nb]
     rest.scatter_(1, first, False)
@@ -258,12 +256,8 @@ def gumbel_topk(
             values = torch.cat([values, more_values], dim=-1)  # [N, BLOCK + W]
             tokens = torch.cat([tokens, more_tokens], dim=-1)
     # [N, num] the best num of each key, best first
-    best, at = values.topk(min(num, values.shape[-1]), dim=-1)
-    out = torch.where(best > -math.inf, tokens.gather(-1, at), -1)
-    if out.shape[-1] < num:  # fewer candidates than asked: the rest have no finite score
-        pad = torch.full((num_keys, num - out.shape[-1]), -1, dtype=torch.long, device=device)
-        out = torch.cat([out, pad], dim=-1)
-    return out
+    best, at = values.topk(num, dim=-1)
+    return torch.where(best > -math.inf, tokens.gather(-1, at), -1)
 
 
 def gumbel_argmax_at(
