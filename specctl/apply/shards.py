@@ -220,7 +220,8 @@ def deploy_shards(
         handle = find_actor(shard.actor)
         reused = None if old is None or handle is None else _reuse(shard, old, handle, events)
         if reused is not None:
-            changed_live.extend([reused] if reused else [])
+            if reused:
+                changed_live.append(reused)
             continue
         if handle is not None:
             kill_actor(shard.actor)

@@ -202,11 +202,7 @@ def gumbel_topk(
     sizes = _block_sizes(vocab_size, device)  # [nb]
     num_blocks = sizes.shape[0]
     rows = torch.arange(num_keys, device=device)
-    words = _block_words(keys.unsqueeze(-1), torch.arange(num_blocks, device=device))  # [N, nb]
-    block_max = _block_max(words, sizes)  # [N, nb]
-    scale = torch.ones(num_keys, 1, dtype=torch.float64, device=device)
-    if noise_scale is not None:
-        scale = noise_scale.to(device, torch.float64).view(num_keys, 1)
+    words, block_max, scale = _block_noise(keys, sizes, noise_scale)
     bound = _block_maxima(scores).double() + scale * block_max  # [N, nb]
     # the blocks with the best bounds first (as many as tokens asked): they usually hold the
     # answer, and the num-th best value among them prunes the other blocks hard
@@ -294,7 +290,6 @@ def _search(
     vocab_size = scores.shape[-1]
     device = scores.device
     sizes = _block_sizes(vocab_size, device)  # [nb]
-    num_blocks = sizes.shape[0]
     if 2 * num_keys < scores.shape[0]:  # a few rows of many: copy them first
         block_best = _block_maxima(scores[rows])  # [N, nb]
     else:
@@ -303,12 +298,7 @@ def _search(
     block_best = block_best.double()
     if are_probs:
         block_best = block_best.log_()
-    words = _block_words(keys.unsqueeze(-1), torch.arange(num_blocks, device=device))  # [N, nb]
-    block_max = _block_max(words, sizes)  # [N, nb] the block's largest noise
-    # [N, 1] float64 the noise's scale (1: none)
-    scale = torch.ones(num_keys, 1, dtype=torch.float64, device=device)
-    if noise_scale is not None:
-        scale = noise_scale.to(device, torch.float64).view(num_keys, 1)
+    words, block_max, scale = _block_noise(keys, sizes, noise_scale)
     bound = block_best + scale * block_max  # [N, nb] no entry of the block exceeds it
     # the block with the best bound first: its maximum is usually the answer
     all_keys = torch.arange(num_keys, device=device)
@@ -345,6 +335,23 @@ def _search(
         tokens = tokens.clone()
         tokens[owners[wins]] = candidate_tokens[wins]
     return torch.where(values > -math.inf, tokens, -1)
+
+
+def _block_noise(
+    keys: torch.Tensor,  # [N] int64
+    sizes: torch.Tensor,  # [nb] tokens per block
+    noise_scale: torch.Tensor | None,  # [N] float > 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per key and block: the block words [N, nb] int64, the block's largest noise M_b
+    [N, nb] float64, and the noise's scale [N, 1] float64 (1: none)."""
+    device = sizes.device
+    num_keys = keys.shape[0]
+    words = _block_words(keys.unsqueeze(-1), torch.arange(sizes.shape[0], device=device))
+    block_max = _block_max(words, sizes)
+    scale = torch.ones(num_keys, 1, dtype=torch.float64, device=device)
+    if noise_scale is not None:
+        scale = noise_scale.to(device, torch.float64).view(num_keys, 1)
+    return words, block_max, scale
 
 
 def _score_blocks(
