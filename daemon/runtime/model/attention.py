@@ -45,14 +45,21 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """`x` [B, T, hidden] -> [B, T, hidden]; writes this chunk's K/V into `cache`."""
         batch, chunk = x.shape[:2]
-        q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
-        # [B, T, H, D] and [B, T, H_kv, D]
-        q = q.view(batch, chunk, self.num_heads, self.head_dim)
-        k = k.view(batch, chunk, self.num_kv_heads, self.head_dim)
-        v = v.view(batch, chunk, self.num_kv_heads, self.head_dim)
+        heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
+        # [B, T, (H + 2 * H_kv) * D]
+        qkv = self.qkv_proj(x)
+        # [B, T, H_kv, D]
+        v = qkv[..., sum(self.split_sizes[:2]) :].view(batch, chunk, kv_heads, dim)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
+            q, k, _ = qkv.split(self.split_sizes, dim=-1)
+            q = self.q_norm(q.view(batch, chunk, heads, dim))
+            k = self.k_norm(k.view(batch, chunk, kv_heads, dim))
+            q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
+        else:
+            # q and k rotated in one call (their heads are adjacent in the fused output):
+            # [B, T, H + H_kv, D] -> [B, T, H, D] and [B, T, H_kv, D]
+            qk = qkv[..., : sum(self.split_sizes[:2])].view(batch, chunk, heads + kv_heads, dim)
+            q, k = apply_rotary(qk, *cos_sin).split((heads, kv_heads), dim=2)
         cache.write(self.layer, meta, k, v)
         if meta.fork is not None:
             out = self._grouped_attention(q.transpose(1, 2), meta, cache)  # [B, H, T, D]

@@ -36,14 +36,25 @@ class ForwardMetadata:
     # [B] each batch row's row in the span; None when the span is the batch in order
     span_rows: torch.Tensor | None
     fork: ForkLayout | None = None  # batches with fork rows: writes above are plain rows only
+    # every query sees every key 0..L-1 (a decode step whose rows all end at L - 1, with no
+    # idle span row): no mask unless a sliding window is shorter than L
+    sees_all: bool = False
+    # how the real tokens' K/V reach the cache (KVCache.write): (slot, start) of a batch of one
+    # plain row (its chunk is positions start..start+T-1 of that slot: one slice copy); else
+    # `writes_grid` when every [B, T] cell is a real token of a plain row (no gather of them)
+    single_row: tuple[int, int] | None = None
+    writes_grid: bool = False
     _masks: dict[tuple[int | None, int], torch.Tensor] = field(default_factory=dict)
 
-    def mask(self, window: int | None, group: int = 1) -> torch.Tensor:
+    def mask(self, window: int | None, group: int = 1) -> torch.Tensor | None:
         """Bool attention mask [R, 1, G * T, L] over the attended rows, for queries of `group`
         (G) heads stacked along the query axis (head-major): key l is visible to a query at
         position p iff l <= p (and p - l < window with a sliding window); an idle span row sees
         key 0 only (its output is dropped; a row that sees nothing would be NaN). Cached per
-        window and group."""
+        window and group. None where every key is visible to every query (`sees_all`): the
+        attention kernel then skips reading a mask."""
+        if self.sees_all and (window is None or window >= self.context_len):
+            return None
         if (window, group) not in self._masks:
             # [L]
             key_pos = torch.arange(self.context_len, device=self.positions.device)
@@ -163,12 +174,27 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
         "write_slots": slots[rows],
         "write_positions": positions[rows, write_cols],
     }
+    context_len = int((starts + lengths).max())
+    sees_all = (
+        fork is None
+        and max_len == 1
+        and slot_span == (min(batch.slots), min(batch.slots) + batch.num_seqs)
+        and len(set(batch.slots)) == batch.num_seqs
+        and all(start + 1 == context_len for start in batch.start_positions)
+    )
     return ForwardMetadata(
         **{name: t.to(device, non_blocking=True) for name, t in tensors.items()},
-        context_len=int((starts + lengths).max()),
+        context_len=context_len,
         slot_span=slot_span,
         span_rows=span_rows,
         fork=fork,
+        sees_all=sees_all,
+        single_row=(
+            (batch.slots[0], batch.start_positions[0])
+            if fork is None and batch.num_seqs == 1
+            else None
+        ),
+        writes_grid=fork is None and all(len(c) == max_len for c in batch.token_ids),
     )
 
 

