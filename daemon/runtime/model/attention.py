@@ -83,7 +83,7 @@ class Attention(nn.Module):
             -1, self.num_kv_heads, group * chunk, self.head_dim
         )
         out = F.scaled_dot_product_attention(
-            stacked, k_ctx, v_ctx, attn_mask=meta.mask(self.window, group)
+            stacked, k_ctx, v_ctx, attn_mask=meta.mask(self.window, group, q.dtype)
         )
         # [R, H_kv, G * T, D] -> [R, H, T, D] -> [B, H, T, D]
         return meta.from_span(out.view(-1, self.num_heads, chunk, self.head_dim))
