@@ -1,6 +1,8 @@
-"""The decode step's shortcuts give transformers' logits: attention without a mask where every
-query sees every key, K/V written by one slice copy (a batch of one row) or without gathering
-the real tokens (every cell of the batch real), and q and k rotated in one call."""
+"""The forward pass's shortcuts give transformers' logits: attention without a mask where every
+query sees every key (a decode step) or in the kernel's causal mode (a prefill; the parity
+tests' ragged prompts run it too), K/V written by one slice copy (a batch of one row) or
+without gathering the real tokens (every cell of the batch real), and q and k rotated in one
+call."""
 
 from pathlib import Path
 
@@ -24,7 +26,7 @@ def test_single_row_decode_matches_transformers(tiny_checkpoint: TinyFactory, va
     model = load_model(path, num_slots=4)
     generator = torch.Generator().manual_seed(11)
     sequences: dict[int, list[int]] = {}
-    chunk = {2: random_tokens(generator, 3)}
+    chunk = {2: random_tokens(generator, 9)}  # a prefill past the 4-5 token windows
     assert_step_matches_hf(path, step(model, sequences, chunk, {2: 0}), sequences, chunk)
     for _ in range(4):
         chunk = {2: random_tokens(generator, 1)}
@@ -79,7 +81,9 @@ def test_which_batches_take_the_shortcuts() -> None:
     verify = _meta([0], [[5, 6, 7]], [4])  # causal within the chunk
     assert not verify.sees_all and verify.single_row == (0, 4)
     ragged = _meta([0, 1], [[5, 6, 7], [8]], [4, 6])
-    assert not ragged.writes_grid and not ragged.sees_all
+    assert not ragged.writes_grid and not ragged.sees_all and not ragged.from_zero
+    prefill = _meta([0, 2], [[5, 6, 7], [8]], [0, 0])  # the kernel's causal mode, no mask
+    assert prefill.from_zero and not prefill.writes_grid
 
 
 def test_single_row_write_fills_exactly_its_positions(tiny_checkpoint: TinyFactory) -> None:

