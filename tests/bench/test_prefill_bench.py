@@ -1,0 +1,30 @@
+"""`python -m bench.prefill_bench`: a row per prompt length, clear errors for bad lengths."""
+
+import subprocess
+import sys
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.prefill_bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_prints_a_row_per_length() -> None:
+    result = _run("--lengths", "8,24", "--repeats", "1")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.strip().startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == ["8", "24"]
+
+
+def test_bad_lengths_are_named() -> None:
+    for bad, said in (("8,x", "not a comma-separated list"), ("0", "must be >= 1")):
+        result = _run("--lengths", bad)
+        assert result.returncode == 2 and said in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    result = _run("--lengths", "100000")  # past the demo target's 2,048 positions
+    assert result.returncode == 2 and "max_model_len" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
