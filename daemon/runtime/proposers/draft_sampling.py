@@ -159,15 +159,20 @@ class DraftSampler:
         of the same race (the verifier's draw when it is not the first, for p near q).
         `logits` [A, V] are left as they were."""
         num = min(num, logits.shape[-1])
-        ids, probs = self.best(logits, [k.temperature for k in keys], num)
+        ids: list[list[int]] = [[] for _ in keys]
+        probs: list[list[float]] = [[] for _ in keys]
         sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
-        if not sampled:
-            return ids, probs
-        ranked, ranked_probs = self._coupled_ranking(
-            logits[sampled], [keys[i] for i in sampled], num
-        )
-        for i, row_ids, row_probs in zip(sampled, ranked, ranked_probs, strict=True):
-            if row_ids:  # else every logit -inf: keep the likeliest tokens
+        if sampled:
+            rows = logits if len(sampled) == len(keys) else logits[sampled]
+            ranked, ranked_probs = self._coupled_ranking(rows, [keys[i] for i in sampled], num)
+            for i, row_ids, row_probs in zip(sampled, ranked, ranked_probs, strict=True):
+                ids[i], probs[i] = row_ids, row_probs
+        # greedy rows, and sampled rows whose every logit is -inf: the likeliest tokens
+        rest = [i for i, row_ids in enumerate(ids) if not row_ids]
+        if rest:
+            rows = logits if len(rest) == len(keys) else logits[rest]
+            best_ids, best_probs = self.best(rows, [keys[i].temperature for i in rest], num)
+            for i, row_ids, row_probs in zip(rest, best_ids, best_probs, strict=True):
                 ids[i], probs[i] = row_ids, row_probs
         return ids, probs
 
