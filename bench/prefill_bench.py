@@ -52,14 +52,24 @@ def _lengths(text: str) -> list[int]:
     return lengths
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, default=None, help="Model dir (default: demo).")
     parser.add_argument(
         "--lengths", type=_lengths, default=[147, 1000, 2000], help="Comma-separated."
     )
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=_positive, default=3)
+    parser.add_argument("--threads", type=_positive, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     target = args.target or require_demo_pair()[0]

@@ -25,6 +25,10 @@ def test_bad_lengths_are_named() -> None:
         result = _run("--lengths", bad)
         assert result.returncode == 2 and said in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+    for option in ("--repeats", "--threads"):
+        result = _run(option, "0", "--lengths", "8")
+        assert result.returncode == 2 and f"{option}: must be >= 1" in result.stderr
+        assert "Traceback" not in result.stderr
     result = _run("--lengths", "100000")  # past the demo target's 2,048 positions
     assert result.returncode == 2 and "max_model_len" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
