@@ -188,7 +188,8 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
     sees_all = (
         fork is None
         and max_len == 1
-        and slot_span == (min(batch.slots), min(batch.slots) + batch.num_seqs)
+        and slot_span is not None
+        and slot_span[1] - slot_span[0] == batch.num_seqs  # with distinct slots: no idle row
         and len(set(batch.slots)) == batch.num_seqs
         and all(start + 1 == context_len for start in batch.start_positions)
     )
