@@ -24,8 +24,8 @@ class SpecctlScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._readers: dict[str, tuple[Callable[[], Worker], Worker]] = {}
-        self._read_again: set[str] = set()
+        self._readers: dict[str, Worker] = {}  # the reading of each kind last started
+        self._pending: dict[str, Callable[[], Worker]] = {}  # the newest request while it runs
 
     @property
     def specctl(self) -> "SpecctlApp":
@@ -46,19 +46,19 @@ class SpecctlScreen(Screen[None]):
         """The cluster file was loaded, edited or saved (revision 0: not loaded yet)."""
 
     def read_in_background(self, key: str, start: Callable[[], Worker]) -> None:
-        """Start a reading unless one of this kind runs; then run one more when it ends, so
-        the newest request is served and slow readings (an unreachable node) never pile up."""
+        """Start a reading unless one of this kind runs; else start the newest request made
+        meanwhile once it ends (an older one is dropped: its arguments may be stale), so
+        slow readings (an unreachable node) never pile up."""
         running = self._readers.get(key)
-        if running is not None and running[1].state not in _FINISHED:
-            self._read_again.add(key)
+        if running is not None and running.state not in _FINISHED:
+            self._pending[key] = start
             return
-        self._readers[key] = (start, start())
+        self._readers[key] = start()
 
     @on(Worker.StateChanged)
     def _reading_ended(self, event: Worker.StateChanged) -> None:
         if event.state not in _FINISHED:
             return
-        for key, (start, worker) in list(self._readers.items()):
-            if worker is event.worker and key in self._read_again:
-                self._read_again.discard(key)
-                self._readers[key] = (start, start())
+        for key, worker in list(self._readers.items()):
+            if worker is event.worker and key in self._pending:
+                self._readers[key] = self._pending.pop(key)()

@@ -42,6 +42,10 @@ class LogsScreen(SpecctlScreen):
         self._followers: dict[str, FileFollower | SpecdLogFollower] = {}
         self._shown = SERVER
         self._timer: Timer | None = None
+        # the cluster file's newest snapshot, and the one whose nodes are followed: state, not
+        # a reading's argument, so that a poll requested after it cannot drop it
+        self._snapshot: ConfigSnapshot | None = None
+        self._followed: ConfigSnapshot | None = None
 
     def compose_body(self) -> Iterable[Widget]:
         with Horizontal():
@@ -65,19 +69,24 @@ class LogsScreen(SpecctlScreen):
     def session_changed(self, revision: int) -> None:
         session = self.specctl.session
         if revision and session is not None:
-            snapshot = session.snapshot()
-            self.read_in_background("logs", lambda: self._follow(snapshot))
+            self._snapshot = session.snapshot()
+            self.action_poll()
 
     def action_poll(self) -> None:
-        self.read_in_background("logs", lambda: self._follow(None))
+        self.read_in_background("logs", self._follow)
 
     @work(thread=True, group="logs")
-    def _follow(self, snapshot: ConfigSnapshot | None) -> None:
-        """Read every source's new lines; with a snapshot, first follow its nodes' specd."""
+    def _follow(self) -> None:
+        """Read every source's new lines; after a new snapshot, first follow its nodes' specd."""
         from tui.core.logs import FileFollower, SpecdLogFollower
 
         if SERVER not in self._followers:
             self._followers[SERVER] = FileFollower(self.specctl.settings.home.server_log)
+        snapshot = self._snapshot
+        if snapshot is not self._followed:
+            self._followed = snapshot
+        else:
+            snapshot = None
         if snapshot is not None and (config := snapshot.check().config) is not None:
             timeout_s = self.specctl.settings.probe_timeout_s
             remote = {node.name: node for node in config.nodes if not node.is_local}
