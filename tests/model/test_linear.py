@@ -52,8 +52,12 @@ def test_non_contiguous_input() -> None:
 
 
 def test_bfloat16() -> None:
+    """Prepacked where this CPU's oneDNN has a bfloat16 matmul (AVX-512), dense otherwise
+    (an AVX2-only CPU): either way the layer computes F.linear."""
     layer, weight = _linear(512, 1024, False, torch.bfloat16)
-    layer.prepack()
+    supported = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert layer.prepack() == supported
+    assert (layer.packed is not None) == supported
     x = torch.randn(1, 5, 512, dtype=torch.bfloat16)
     with torch.inference_mode():
         got = layer(x).float()

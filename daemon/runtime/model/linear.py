@@ -42,7 +42,15 @@ def can_prepack(weight: torch.Tensor) -> bool:
         and weight.dim() == 2
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and (weight.dtype != torch.bfloat16 or _bf16_supported())
     )
+
+
+def _bf16_supported() -> bool:
+    """oneDNN's bfloat16 matmul needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: on an AVX2-only
+    CPU its weight reorder raises, so such weights stay dense (F.linear)."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check is not None and check())
 
 
 class Linear(nn.Linear):
