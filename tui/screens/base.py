@@ -53,6 +53,9 @@ class SpecctlScreen(Screen[None]):
         if running is not None and running.state not in _FINISHED:
             self._pending[key] = start
             return
+        # a request pending behind a reading that ended but whose end is not handled yet is
+        # older than this one: dropped, or it would run after this one with stale arguments
+        self._pending.pop(key, None)
         self._readers[key] = start()
 
     @on(Worker.StateChanged)
