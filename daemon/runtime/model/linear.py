@@ -1,4 +1,5 @@
-"""Linear layers whose CPU matmul runs on weights prepacked for oneDNN.
+"""Linear layers whose CPU matmul runs on prepacked weights: the skinny GEMM's panels for
+float32 where it runs (skinny.py: x86-64 with AVX2), else oneDNN's blocked layout.
 
 Why: at the row counts speculative decoding produces (a verify pass is k + 1 rows per
 sequence), the CPU BLAS behind `F.linear` (MKL) runs one matrix-vector product per row for a
@@ -16,6 +17,11 @@ Two exceptions, both measured:
   copy (cheap) for 1-row calls.
 
 A large weight's dense copy is freed once packed: the packed one replaces it.
+
+The skinny GEMM (skinny.py) goes further: it streams a float32 weight at about the memory's
+bandwidth for up to a block of rows (oneDNN reaches half of it on an AVX2 CPU), with ~2 us per
+call, so it takes every float32 weight and every row count; oneDNN keeps bfloat16 weights and
+CPUs the kernel does not run on. SPECCTL_SKINNY=0 selects oneDNN for before/after measurements.
 """
 
 import os
@@ -24,15 +30,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from daemon.runtime.model import skinny
+
 PACKED_MIN_ROWS = 4  # a large weight is multiplied with at least this many rows (zero-padded)
 SMALL_WEIGHT_BYTES = 1 << 20  # under this, 1-row calls use the dense copy
 PACK_BATCH_HINT = 8  # rows oneDNN's weight layout is chosen for (4..32 measured alike)
 PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 PREPACK_ENV = "SPECCTL_PREPACK"  # "0": keep dense weights (for before/after measurements)
+SKINNY_ENV = "SPECCTL_SKINNY"  # "0": oneDNN instead of the skinny GEMM (the same)
 
 
 def prepack_enabled() -> bool:
     return os.environ.get(PREPACK_ENV, "1") != "0"
+
+
+def can_use_skinny(weight: torch.Tensor) -> bool:
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and weight.dim() == 2
+        and os.environ.get(SKINNY_ENV, "1") != "0"
+        and skinny.available()
+    )
 
 
 def can_prepack(weight: torch.Tensor) -> bool:
@@ -56,13 +75,22 @@ def _bf16_supported() -> bool:
 class Linear(nn.Linear):
     """`nn.Linear` (same parameters and checkpoint names) that can `prepack()` its weight."""
 
-    packed: torch.Tensor | None = None
+    packed: torch.Tensor | None = None  # oneDNN's
+    panels: torch.Tensor | None = None  # the skinny GEMM's [ceil(out / 16), in, 16]
     keeps_dense: bool = True
 
     def prepack(self) -> bool:
-        """Reorder the weight for oneDNN; False (nothing changed) where that cannot run."""
+        """Pack the weight for the skinny GEMM, else reorder it for oneDNN; False (nothing
+        changed) where neither can run, or once packed."""
         weight = self.weight.detach()
-        if self.packed is not None or not can_prepack(weight):
+        if self.packed is not None or self.panels is not None:
+            return False
+        if can_use_skinny(weight):
+            self.panels = skinny.pack(weight)
+            self.keeps_dense = False
+            self.weight = nn.Parameter(weight.new_empty(0), requires_grad=False)
+            return True
+        if not can_prepack(weight):
             return False
         # opaque oneDNN tensor holding the weight [out_features, in_features] in blocked layout
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_BATCH_HINT)
@@ -73,6 +101,9 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`x` [..., in_features] -> [..., out_features]."""
+        if self.panels is not None:
+            out = skinny.linear(x, self.panels, self.out_features)
+            return out if self.bias is None else out.add_(self.bias)
         packed = self.packed
         if packed is None:
             return F.linear(x, self.weight, self.bias)

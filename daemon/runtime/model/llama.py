@@ -5,12 +5,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from daemon.runtime.errors import ModelLoadError, RequestError
+from daemon.runtime.model import skinny
 from daemon.runtime.model.attention import Attention
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.config import ModelConfig
 from daemon.runtime.model.forward_metadata import ForwardMetadata, build_metadata, check_batch
 from daemon.runtime.model.kv_cache import KVCache
-from daemon.runtime.model.linear import Linear
+from daemon.runtime.model.linear import Linear, can_use_skinny, prepack_enabled
 from daemon.runtime.model.mlp import GatedMLP
 from daemon.runtime.model.rmsnorm import RMSNorm
 from daemon.runtime.model.rotary import RotaryEmbedding
@@ -119,6 +120,9 @@ class LlamaForCausalLM(nn.Module):
         self.rotary = RotaryEmbedding(config, max_model_len, dtype).to(device)
         # decode/verify passes at static shapes (CUDA graphs); None: every pass eager
         self.static: StaticPasses | None = None
+        # a tied LM head on the skinny GEMM: the embedding held as its panels only
+        # [ceil(V / 16), hidden, 16] (pack_tied_head); None: the embedding's dense weight
+        self.tied_head: torch.Tensor | None = None
         self.cache = KVCache(
             num_layers=end - start,
             num_slots=num_slots,
@@ -177,9 +181,7 @@ class LlamaForCausalLM(nn.Module):
         """Embedding (first stage) and this runner's layers: [B, T, hidden]."""
         cos_sin = self.rotary(meta.positions)
         if self.is_first:
-            assert self.embed_tokens is not None
-            # [B, T, hidden]
-            x = self.embed_tokens(meta.token_ids)
+            x = self._embed(meta.token_ids)
         elif hidden is None:
             raise RequestError("a pipeline stage after the first needs the previous hidden states")
         else:
@@ -187,6 +189,27 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.layers:
             x = layer(x, cos_sin, meta, self.cache)
         return x
+
+    def _embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """`token_ids` [B, T] -> [B, T, hidden]."""
+        if self.tied_head is not None:
+            # row v of the embedding is column v % 16 of panel v // 16
+            return self.tied_head[token_ids // skinny.PANEL, :, token_ids % skinny.PANEL]
+        assert self.embed_tokens is not None
+        return self.embed_tokens(token_ids)
+
+    def pack_tied_head(self) -> bool:
+        """Put a tied LM head on the skinny GEMM (linear.py says why): the embedding becomes
+        its panels, the same memory, from which the first stage also gathers its rows. False
+        (nothing changed) without a tied head on this stage, or where the kernel cannot run."""
+        embed = self.embed_tokens
+        if self.tied_head is not None or embed is None or self.lm_head is not None:
+            return False
+        if not self.is_last or not prepack_enabled() or not can_use_skinny(embed.weight):
+            return False
+        self.tied_head = skinny.pack(embed.weight.detach())
+        embed.weight = nn.Parameter(embed.weight.new_empty(0), requires_grad=False)
+        return True
 
     def _final(self, x: torch.Tensor, meta: ForwardMetadata, last_only: bool) -> torch.Tensor:
         """The final norm over every position [B, T, hidden], or each row's last [B, hidden]."""
@@ -200,6 +223,8 @@ class LlamaForCausalLM(nn.Module):
         """[..., hidden] -> float32 logits [..., V]."""
         if self.lm_head is not None:
             return self.lm_head(hidden).float()
+        if self.tied_head is not None:
+            return skinny.linear(hidden, self.tied_head, self.vocab_size)
         assert self.embed_tokens is not None
         # tied: the embedding's dense weight (a packed copy would double the largest tensor)
         return F.linear(hidden, self.embed_tokens.weight).float()

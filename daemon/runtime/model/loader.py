@@ -190,6 +190,7 @@ def load_lean(
                 progress(done_bytes, total_bytes)
     model.load_state_dict(state, strict=True, assign=True)
     prepack_linears(model)
+    model.pack_tied_head()
     if model.is_whole and cuda_graphs_wanted(device):  # the device check: never on a CPU
         model.enable_static_passes(capture=True)
     return model.requires_grad_(False).eval()

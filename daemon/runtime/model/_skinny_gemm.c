@@ -1,0 +1,301 @@
+/* Skinny float32 GEMM for the CPU runner: y[M, N] = x[M, K] @ w[N, K]^T, the weight streamed
+ * from memory once for every M up to a block of rows; and its gated form for SwiGLU MLPs,
+ * y = silu(x @ g^T) * (x @ u^T), without the [M, 2N] intermediate.
+ *
+ * Why (daemon/runtime/model/skinny.py has the figures): a decode or verify pass multiplies a
+ * few rows (1 to ~16) by weights far larger than the last-level cache, so its cost is reading
+ * the weights. oneDNN's and MKL's kernels for so few rows reach about half of one core's
+ * memory bandwidth on an AVX2 CPU and read the weights again past a handful of rows.
+ *
+ * Weight layout ("panels"): the N output columns in panels of NR = 16; panel p holds columns
+ * 16p..16p+15 as [K][16] (w_packed[p][k][j] = w[16p + j][k]), zero-padded past N. One k step
+ * of a panel is two 8-float vectors (one 64-byte line), multiplied into up to MR = 6 rows kept
+ * in 12 registers. Gated: the gate's and the up projection's panels alternate (g0 u0 g1 u1 ..),
+ * so the weights stay one stream and panel pair q gives output columns 16q..16q+15.
+ *
+ * Loops: rows in blocks of MB (the weights are read once per block), then panels, then K in
+ * blocks of KB (a panel's block stays in L1 while every MR-row chunk of the row block uses it),
+ * then the row chunks. Partial sums live in the output between K blocks. With one row chunk
+ * the whole K is one block: the sums never leave the registers. The weights are prefetched in
+ * software: one chunk streams PF_DIST lines ahead; several chunks each prefetch a share of the
+ * next block, so that memory stays busy while a block's later chunks compute from L1.
+ *
+ * Threads: the panels (pairs) are split into contiguous ranges, one per thread (pthreads
+ * created per call; only worth it for large weights, which the caller decides). The GIL is
+ * released.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SKINNY_X86 1
+#include <immintrin.h>
+#include <pthread.h>
+#endif
+
+#define NR 16         /* output columns per panel: two AVX2 vectors */
+#define MR 6          /* rows per register block: 12 accumulators */
+#define KB 64         /* K per block when several row chunks share a panel block (4 KB) */
+#define MB 96         /* rows per block: the weights are streamed once per block */
+#define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
+#define MAX_THREADS 64
+#define ABI_VERSION 2 /* skinny.py checks it: a stale build is not used */
+
+typedef struct {
+    const float *x;   /* [M, ldx] */
+    int64_t ldx;
+    const float *w;   /* [P, K, NR] (gated: P = 2 x the output's panels) */
+    float *y;         /* [M, ldy] */
+    int64_t ldy;
+    int64_t m, n, k;  /* n: output columns */
+    int64_t p0, p1;   /* this thread's output panels [p0, p1) */
+    int gated;
+} Job;
+
+#ifdef SKINNY_X86
+
+/* One register block: rows x[0..mr) times a panel's kn k steps, added to c (load) or into a
+ * fresh sum (!load); c[i * ldc + j] for j < 16. Written out per row count with named
+ * accumulators: GCC keeps an array of vectors in memory, storing it at every k step. */
+#define ROW_INIT(i)                                                                         \
+    __m256 s##i##a = _mm256_setzero_ps(), s##i##b = _mm256_setzero_ps();                    \
+    if (load) {                                                                             \
+        s##i##a = _mm256_loadu_ps(c + (i) * ldc);                                           \
+        s##i##b = _mm256_loadu_ps(c + (i) * ldc + 8);                                       \
+    }
+#define ROW_FMA(i)                                                                          \
+    {                                                                                       \
+        const __m256 b = _mm256_broadcast_ss(x + (i) * ldx + k);                            \
+        s##i##a = _mm256_fmadd_ps(b, w0, s##i##a);                                          \
+        s##i##b = _mm256_fmadd_ps(b, w1, s##i##b);                                          \
+    }
+#define ROW_STORE(i)                                                                        \
+    _mm256_storeu_ps(c + (i) * ldc, s##i##a);                                               \
+    _mm256_storeu_ps(c + (i) * ldc + 8, s##i##b);
+#define ROWS1(F) F(0)
+#define ROWS2(F) ROWS1(F) F(1)
+#define ROWS3(F) ROWS2(F) F(2)
+#define ROWS4(F) ROWS3(F) F(3)
+#define ROWS5(F) ROWS4(F) F(4)
+#define ROWS6(F) ROWS5(F) F(5)
+#define MICRO(NAME, ROWS)                                                                   \
+    __attribute__((target("avx2,fma"))) static void NAME(                                   \
+        const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc,     \
+        int load, const float *pf, int pf_shift)                                            \
+    {                                                                                       \
+        ROWS(ROW_INIT)                                                                      \
+        for (int64_t k = 0; k < kn; k++) {                                                  \
+            _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);            \
+            const __m256 w0 = _mm256_loadu_ps(w + k * NR);                                  \
+            const __m256 w1 = _mm256_loadu_ps(w + k * NR + 8);                              \
+            ROWS(ROW_FMA)                                                                   \
+        }                                                                                   \
+        ROWS(ROW_STORE)                                                                     \
+    }
+MICRO(micro1, ROWS1)
+MICRO(micro2, ROWS2)
+MICRO(micro3, ROWS3)
+MICRO(micro4, ROWS4)
+MICRO(micro5, ROWS5)
+MICRO(micro6, ROWS6)
+
+typedef void (*MicroFn)(const float *, int64_t, const float *, int64_t, float *, int64_t, int,
+                        const float *, int);
+static const MicroFn MICROS[MR + 1] = {NULL, micro1, micro2, micro3, micro4, micro5, micro6};
+
+/* exp(x) for 8 floats: Cephes' expf (range reduction by ln 2 in two parts, degree-5
+ * polynomial), within 2 ulp of expf; inputs clamped to +-88.38 (no inf, no NaN from it). */
+__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f)),
+                      _mm256_set1_ps(88.3762626647949f));
+    __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+    fx = _mm256_floor_ps(fx);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* silu(g) * u = g / (1 + exp(-g)) * u, 8 floats. */
+__attribute__((target("avx2,fma"))) static inline __m256 swiglu8(__m256 g, __m256 u)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
+}
+
+/* The rows [m0, m0 + rows) times one panel wp, into c (ldc floats a row). */
+__attribute__((target("avx2,fma"))) static void panel_product(const Job *job, const float *wp,
+                                                             int64_t m0, int64_t rows, float *c,
+                                                             int64_t ldc)
+{
+    const int64_t K = job->k;
+    const int64_t num_chunks = (rows + MR - 1) / MR;
+    const int64_t kb = num_chunks == 1 ? K : KB;
+    int shift = 0; /* chunks share a block's prefetches: 2^shift >= num_chunks */
+    while (((int64_t)1 << shift) < num_chunks) shift++;
+    for (int64_t k0 = 0; k0 < K; k0 += kb) {
+        const int64_t kn = K - k0 < kb ? K - k0 : kb;
+        const float *wb = wp + k0 * NR;
+        for (int64_t i = 0; i < rows; i += MR) {
+            const int mr = (int)(rows - i < MR ? rows - i : MR);
+            /* the weights are one contiguous stream: one chunk prefetches PF_DIST lines ahead,
+             * several each prefetch their share of the next block */
+            const float *pf = num_chunks == 1 ? wb + PF_DIST * NR
+                                              : wb + (kn + (i / MR) * (kn >> shift)) * NR;
+            MICROS[mr](job->x + (m0 + i) * job->ldx + k0, job->ldx, wb, kn, c + i * ldc, ldc,
+                       k0 > 0, pf, shift);
+        }
+    }
+}
+
+/* Output panels [p0, p1) for rows [m0, m0 + rows). Plain: full panels straight into y, the
+ * last partial one through tile and copied out. Gated: each pair through two tiles, then
+ * silu(gate) * up into y. Tiles hold MB x NR floats. */
+__attribute__((target("avx2,fma"))) static void run_block(const Job *job, int64_t m0,
+                                                         int64_t rows, float *tile_a,
+                                                         float *tile_b)
+{
+    const int64_t K = job->k;
+    for (int64_t p = job->p0; p < job->p1; p++) {
+        const int64_t col = p * NR;
+        const int64_t width = job->n - col < NR ? job->n - col : NR;
+        float *dst = job->y + m0 * job->ldy + col;
+        if (job->gated) {
+            panel_product(job, job->w + 2 * p * K * NR, m0, rows, tile_a, NR);
+            panel_product(job, job->w + (2 * p + 1) * K * NR, m0, rows, tile_b, NR);
+            for (int64_t i = 0; i < rows; i++) {
+                float out[NR];
+                _mm256_storeu_ps(out, swiglu8(_mm256_loadu_ps(tile_a + i * NR),
+                                              _mm256_loadu_ps(tile_b + i * NR)));
+                _mm256_storeu_ps(out + 8, swiglu8(_mm256_loadu_ps(tile_a + i * NR + 8),
+                                                  _mm256_loadu_ps(tile_b + i * NR + 8)));
+                memcpy(dst + i * job->ldy, out, (size_t)width * sizeof(float));
+            }
+        } else if (width < NR) {
+            panel_product(job, job->w + p * K * NR, m0, rows, tile_a, NR);
+            for (int64_t i = 0; i < rows; i++) {
+                memcpy(dst + i * job->ldy, tile_a + i * NR, (size_t)width * sizeof(float));
+            }
+        } else {
+            panel_product(job, job->w + p * K * NR, m0, rows, dst, job->ldy);
+        }
+    }
+}
+
+static void *run_job(void *arg)
+{
+    const Job *job = (const Job *)arg;
+    float tile_a[MB * NR], tile_b[MB * NR];
+    for (int64_t m0 = 0; m0 < job->m; m0 += MB) {
+        run_block(job, m0, job->m - m0 < MB ? job->m - m0 : MB, tile_a, tile_b);
+    }
+    return NULL;
+}
+
+static int cpu_ok(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+#endif /* SKINNY_X86 */
+
+static PyObject *available(PyObject *self, PyObject *noargs)
+{
+#ifdef SKINNY_X86
+    return PyBool_FromLong(cpu_ok());
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated): pointers as integers,
+ * strides in elements; the caller (skinny.py) checks shapes, dtypes, layout and availability. */
+static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "gemm takes 10 arguments");
+        return NULL;
+    }
+    long long v[10];
+    for (int i = 0; i < 10; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+#ifdef SKINNY_X86
+    const int64_t n = v[6], panels = (n + NR - 1) / NR;
+    int threads = (int)v[8];
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > panels) threads = (int)(panels > 0 ? panels : 1);
+    Job jobs[MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = (Job){
+            .x = (const float *)(intptr_t)v[0], .ldx = v[1],
+            .w = (const float *)(intptr_t)v[2],
+            .y = (float *)(intptr_t)v[3], .ldy = v[4],
+            .m = v[5], .n = n, .k = v[7],
+            .p0 = panels * t / threads, .p1 = panels * (t + 1) / threads,
+            .gated = v[9] != 0,
+        };
+    }
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int t = 1; t < threads; t++) {
+        started[t] = pthread_create(&ids[t], NULL, run_job, &jobs[t]) == 0;
+        if (!started[t]) run_job(&jobs[t]); /* no thread to be had: this one does it */
+    }
+    run_job(&jobs[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t] && pthread_join(ids[t], NULL) != 0) failed = 1;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_SetString(PyExc_RuntimeError, "skinny gemm: a worker thread could not be joined");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError, "skinny gemm: built without x86-64 AVX2 support");
+    return NULL;
+#endif
+}
+
+static PyMethodDef methods[] = {
+    {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
+    {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
+     "gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated): y = x @ w^T over "
+     "packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating panels."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_skinny_gemm",
+    "Skinny float32 GEMM over panel-packed weights (see skinny.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__skinny_gemm(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI_VERSION", ABI_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,33 @@
+"""`python -m bench.linear_bench`: a row per row count with every backend, clear errors."""
+
+import subprocess
+import sys
+
+from daemon.runtime.model import skinny
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.linear_bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_prints_a_row_per_row_count() -> None:
+    result = _run("--rows", "1,5", "--layers", "1", "--repeats", "1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("rows"))
+    assert "mkl" in header and "onednn" in header
+    assert ("skinny" in header) == skinny.available()
+    rows = [line.split()[0] for line in lines if line.strip()[:1].isdigit() and "MB" not in line]
+    assert rows == ["1", "5"]
+
+
+def test_bad_options_are_named() -> None:
+    for args in (["--rows", "0"], ["--layers", "0"], ["--repeats", "0"], ["--rows", "1,x"]):
+        result = _run(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr

@@ -1,0 +1,138 @@
+"""The skinny GEMM computes F.linear at every shape a pass produces, on one thread or several."""
+
+import platform
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from daemon.runtime.model import skinny
+
+
+def _cpu_has_avx2_fma() -> bool:
+    cpuinfo = Path("/proc/cpuinfo")
+    if platform.machine().lower() not in ("x86_64", "amd64") or not cpuinfo.is_file():
+        return False
+    lines = cpuinfo.read_text().splitlines()
+    flags = next((line for line in lines if line.startswith("flags")), "")
+    return {"avx2", "fma"} <= set(flags.split())
+
+
+def test_the_kernel_is_built_where_it_can_run() -> None:
+    """On an x86-64 CPU with AVX2 and FMA the install must have built it: an optional build
+    that failed silently would otherwise leave every pass on the slower oneDNN path."""
+    if not _cpu_has_avx2_fma():
+        pytest.skip("this CPU cannot run the kernel (not x86-64 with AVX2 and FMA)")
+    assert skinny.available(), "the skinny GEMM was not built: rerun scripts/setup.sh"
+
+
+pytestmark_kernel = pytest.mark.skipif(not skinny.available(), reason="skinny GEMM not built")
+
+
+def _weight(out_f: int, in_f: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(out_f, in_f, generator=gen) * in_f**-0.5
+
+
+@pytestmark_kernel
+@pytest.mark.parametrize("out_f,in_f", [(16, 8), (17, 5), (96, 64), (1000, 256), (256, 1000)])
+@pytest.mark.parametrize(
+    "rows",
+    [0, 1, 2, 5, 6, 7, 12, 13, 17, 95, 96, 97, 200],  # around the 6-row and 96-row blocks
+)
+def test_matches_f_linear(out_f: int, in_f: int, rows: int) -> None:
+    weight = _weight(out_f, in_f, seed=out_f + in_f)
+    packed = skinny.pack(weight)
+    assert packed.shape == (-(-out_f // 16), in_f, 16)
+    x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows))
+    got = skinny.linear(x, packed, out_f)
+    assert got.shape == (rows, out_f)
+    torch.testing.assert_close(got, F.linear(x, weight), rtol=1e-4, atol=1e-4)
+
+
+@pytestmark_kernel
+def test_batched_and_strided_inputs() -> None:
+    weight = _weight(300, 128)
+    packed = skinny.pack(weight)
+    x = torch.randn(4, 5, 256)[..., ::2]  # [4, 5, 128], elements at a stride of 2
+    torch.testing.assert_close(
+        skinny.linear(x, packed, 300), F.linear(x, weight), rtol=1e-4, atol=1e-4
+    )
+    rows = torch.randn(9, 200)[:, :128]  # rows at a stride of 200, elements contiguous
+    torch.testing.assert_close(
+        skinny.linear(rows, packed, 300), F.linear(rows, weight), rtol=1e-4, atol=1e-4
+    )
+
+
+@pytestmark_kernel
+def test_threads_split_the_panels() -> None:
+    """A weight past MIN_THREAD_BYTES runs on torch's thread count, panels split between them
+    (an odd number of panels, a partial last one): the same result as one thread."""
+    weight = _weight(16 * 67 + 5, 1024)  # 4.4 MB
+    assert weight.numel() * 4 >= skinny.MIN_THREAD_BYTES
+    packed = skinny.pack(weight)
+    x = torch.randn(9, 1024)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        got = skinny.linear(x, packed, weight.shape[0])
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(got, F.linear(x, weight), rtol=1e-4, atol=1e-4)
+
+
+def test_pack_rejects_what_it_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="float32"):
+        skinny.pack(torch.zeros(4, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="2-D"):
+        skinny.pack(torch.zeros(4))
+
+
+def _swiglu_reference(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = F.linear(x, gate_up).chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+@pytestmark_kernel
+@pytest.mark.parametrize("intermediate,hidden", [(16, 8), (23, 5), (704, 256), (40, 1000)])
+@pytest.mark.parametrize("rows", [0, 1, 5, 7, 13, 97])
+def test_gated_matches_silu_gate_times_up(intermediate: int, hidden: int, rows: int) -> None:
+    gate_up = _weight(2 * intermediate, hidden, seed=intermediate)
+    packed = skinny.pack_gated(gate_up)
+    assert packed.shape == (2 * -(-intermediate // 16), hidden, 16)
+    x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(rows)) * 3
+    got = skinny.gated_linear(x, packed, intermediate)
+    assert got.shape == (rows, intermediate)
+    torch.testing.assert_close(got, _swiglu_reference(x, gate_up), rtol=1e-4, atol=1e-5)
+
+
+@pytestmark_kernel
+def test_gated_activation_at_extreme_inputs() -> None:
+    """silu's exp is clamped, never inf or NaN: a huge negative gate gives -0, a huge positive
+    one the gate itself (an identity up projection makes the product visible)."""
+    gate_up = torch.cat((torch.eye(16), torch.eye(16)))  # gate = up = x
+    values = [-1e4, -100.0, -88.0, -20.0, -1.0, -1e-3, 0.0, 1e-3]
+    x = torch.tensor([[*values, 1.0, 20.0, 88.0, 100.0, 1e4, 3.0, -3.0, 0.5]])
+    got = skinny.gated_linear(x, skinny.pack_gated(gate_up), 16)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, F.silu(x) * x, rtol=1e-5, atol=1e-6)
+
+
+@pytestmark_kernel
+def test_gated_threads() -> None:
+    gate_up = _weight(2 * 16 * 41 + 6, 1024)[: 2 * (16 * 41 + 3)]  # 2 x 659 rows, 5.4 MB
+    packed = skinny.pack_gated(gate_up)
+    x = torch.randn(6, 1024)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        got = skinny.gated_linear(x, packed, gate_up.shape[0] // 2)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(got, _swiglu_reference(x, gate_up), rtol=1e-4, atol=1e-5)
+
+
+def test_pack_gated_needs_two_halves() -> None:
+    with pytest.raises(ValueError, match="even number of rows"):
+        skinny.pack_gated(torch.zeros(5, 4))
