@@ -147,3 +147,31 @@ async def test_a_file_that_is_not_toml_is_shown_not_crashed_on(tmp_path: Path) -
         assert isinstance(pilot.app.screen.query_one(VerdictPanel), VerdictPanel)
         await pilot.press("ctrl+s")  # nothing to save: said, not raised
         await pilot.press("2", "5", "6", "1")
+
+
+async def test_a_late_call_for_an_older_revision_leaves_the_typed_field_alone(
+    cluster_file: Path,
+) -> None:
+    """The form's watcher of the session revision runs after the edits that queued it: while
+    a port is typed digit by digit, the call for an earlier digit's revision must not write
+    the document's value back into the field (seen in a real terminal: 38819 became 88819)."""
+    from tui.screens.assign import AssignScreen
+
+    app = make_app(cluster_file, cluster_file.parent / "home")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        await wait_for_text(pilot, "● Fits")
+        screen = app.screen
+        assert isinstance(screen, AssignScreen)
+        await retype(pilot, "port", "38")
+        await wait_until(pilot, lambda: document_value(app, "server", "port") == 38, "port 38")
+        before_last_digit = app.session_revision - 1
+        await pilot.press("backspace", "backspace")  # the field empty: no edit, an error shown
+        assert screen.query_one("#port", Input).value == ""
+        screen.session_changed(before_last_digit)  # the late call
+        assert screen.query_one("#port", Input).value == ""
+        await pilot.press(*"38819")
+        await wait_until(
+            pilot, lambda: document_value(app, "server", "port") == 38819, "port 38819"
+        )
+        assert screen.query_one("#port", Input).value == "38819"

@@ -92,7 +92,10 @@ class AssignScreen(SpecctlScreen):
             self.query_one(VerdictPanel).show_text(problem or "Reading the cluster file…")
             return
         self._show_file_line()
-        if revision != self._own_revision:
+        # only a revision newer than our own last edit can hold what the form does not show:
+        # a late call for an older one (watchers run after the edits that queued them) would
+        # write the document's value back into the field being typed in
+        if revision > self._own_revision:
             self._fill(exclude=None)
         self.check_verdict()
 
