@@ -17,7 +17,7 @@ import torch
 from bench.costs import forward_seconds, speedup_bound
 from bench.machine import describe_machine
 from bench.peers.result import PeerResult
-from bench.spec_engine import RunResult, SpecBench
+from bench.spec_engine import RunResult, RunSpec, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
 from daemon.runtime.model.protocol import CausalLM
 
@@ -104,21 +104,17 @@ def specctl_rows(
     bench: SpecBench, cfg: BenchConfig, prompt_sets: dict[str, list[list[int]]]
 ) -> tuple[list[Row], list[RunResult]]:
     """Per prompt set and concurrency: target-only, every fixed k, adaptive (ceiling: the
-    largest fixed k), side by side on the same loaded models."""
+    largest fixed k), side by side on the same loaded models, their repeats interleaved."""
     rows: list[Row] = []
     runs: list[RunResult] = []
     ceiling = max(fixed_ks(cfg))
+    specs = [RunSpec("target-only")]
+    specs += [RunSpec(f"spec k={k}", k) for k in fixed_ks(cfg)]
+    specs.append(RunSpec("spec adaptive", ceiling, adaptive=True))
     for name, prompts in prompt_sets.items():
         for conc in cfg.concurrencies:
             work = prompts if conc == 1 else repeat_to(prompts, conc)
-            n, r = cfg.max_tokens, cfg.repeats
-            group = [bench.run("target-only", work, n, conc, repeats=r)]
-            group += [
-                bench.run(f"spec k={k}", work, n, conc, k=k, repeats=r) for k in fixed_ks(cfg)
-            ]
-            group.append(
-                bench.run("spec adaptive", work, n, conc, k=ceiling, adaptive=True, repeats=r)
-            )
+            group = bench.run_group(specs, work, cfg.max_tokens, conc, cfg.repeats)
             rows += [from_run(r, name) for r in group]
             if name == "code":
                 runs += group

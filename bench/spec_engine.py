@@ -57,8 +57,18 @@ class RunResult:
         return data
 
 
+@dataclass(slots=True)
+class RunSpec:
+    """One configuration of a group measured side by side (`SpecBench.run_group`)."""
+
+    mode: str  # the report's name for it
+    k: int = 0
+    adaptive: bool = False
+
+
 class SpecBench:
-    """Holds the loaded pair; `run` measures one configuration at one concurrency."""
+    """Holds the loaded pair; `run` measures one configuration at one concurrency, `run_group`
+    several side by side."""
 
     def __init__(self, target_dir: Path, draft_dir: Path, dtype: str, max_batch: int) -> None:
         self.tokenizer = load_tokenizer(target_dir)
@@ -94,20 +104,34 @@ class SpecBench:
         (statistics reset before each) and the median repeat is returned: one short run is
         at the mercy of a slow moment, and the best of several noisy fixed-k runs beats one
         noisy adaptive run by luck alone."""
+        return self.run_group(
+            [RunSpec(mode, k, adaptive)], prompts, max_tokens, concurrency, repeats
+        )[0]
+
+    def run_group(
+        self,
+        specs: list[RunSpec],
+        prompts: list[list[int]],
+        max_tokens: int,
+        concurrency: int,
+        repeats: int = 1,
+    ) -> list[RunResult]:
+        """`run` for several configurations side by side: each gets its own engine, warmed,
+        and the repeats go round-robin over them (repeat 1 of every configuration, then
+        repeat 2, ...), so a slow spell of a shared machine costs them alike instead of
+        whichever ran then. The median repeat of each, in the order of `specs`."""
         if repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-        engine = self.engine(concurrency, k, adaptive)
+        engines = [self.engine(concurrency, spec.k, spec.adaptive) for spec in specs]
         warmup = prompts[: max(concurrency, 1)]
-        engine.generate(Request(f"warmup{i}", p, params) for i, p in enumerate(warmup))
-        results = [
-            self._measure(engine, mode, prompts, params, concurrency, f"r{i}")
-            for i in range(repeats)
-        ]
-        results.sort(key=lambda r: r.tokens_per_s)
-        median = results[(len(results) - 1) // 2]
-        median.repeats_tokens_per_s = [r.tokens_per_s for r in results]
-        return median
+        for engine in engines:
+            engine.generate(Request(f"warmup{i}", p, params) for i, p in enumerate(warmup))
+        results: list[list[RunResult]] = [[] for _ in specs]
+        for i in range(repeats):
+            for spec, engine, runs in zip(specs, engines, results, strict=True):
+                runs.append(self._measure(engine, spec.mode, prompts, params, concurrency, f"r{i}"))
+        return [_median_run(runs) for runs in results]
 
     def _measure(
         self,
@@ -145,3 +169,11 @@ class SpecBench:
             overhead_per_round_ms=1000 * stats.overhead_time_s / max(stats.num_rounds, 1),
             output_token_ids=[o.token_ids for o in outputs],
         )
+
+
+def _median_run(runs: list[RunResult]) -> RunResult:
+    """The median repeat by tokens/s, carrying every repeat's tokens/s."""
+    ordered = sorted(runs, key=lambda r: r.tokens_per_s)
+    median = ordered[(len(ordered) - 1) // 2]
+    median.repeats_tokens_per_s = [r.tokens_per_s for r in ordered]
+    return median
