@@ -24,7 +24,7 @@ def test_the_kernel_is_built_where_it_can_run() -> None:
     that failed silently would otherwise leave every pass on the slower oneDNN path."""
     if not _cpu_has_avx2_fma():
         pytest.skip("this CPU cannot run the kernel (not x86-64 with AVX2 and FMA)")
-    assert skinny.available(), "the skinny GEMM was not built: rerun scripts/setup.sh"
+    assert skinny.available(), "the native kernels were not built: rerun scripts/setup.sh"
 
 
 pytestmark_kernel = pytest.mark.skipif(not skinny.available(), reason="skinny GEMM not built")

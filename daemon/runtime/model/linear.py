@@ -21,7 +21,8 @@ A large weight's dense copy is freed once packed: the packed one replaces it.
 The skinny GEMM (skinny.py) goes further: it streams a float32 weight at about the memory's
 bandwidth for up to a block of rows (oneDNN reaches half of it on an AVX2 CPU), with ~2 us per
 call, so it takes every float32 weight and every row count; oneDNN keeps bfloat16 weights and
-CPUs the kernel does not run on. SPECCTL_SKINNY=0 selects oneDNN for before/after measurements.
+CPUs the kernel does not run on. SPECCTL_SKINNY=0 selects oneDNN for before/after measurements
+(SPECCTL_NATIVE=0: no native kernel at all).
 """
 
 import os
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from daemon.runtime.model import skinny
+from daemon.runtime.model import native, skinny
 
 PACKED_MIN_ROWS = 4  # a large weight is multiplied with at least this many rows (zero-padded)
 SMALL_WEIGHT_BYTES = 1 << 20  # under this, 1-row calls use the dense copy
@@ -50,7 +51,7 @@ def can_use_skinny(weight: torch.Tensor) -> bool:
         and weight.dtype == torch.float32
         and weight.dim() == 2
         and os.environ.get(SKINNY_ENV, "1") != "0"
-        and skinny.available()
+        and native.enabled()
     )
 
 

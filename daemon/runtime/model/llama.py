@@ -48,8 +48,9 @@ class DecoderLayer(nn.Module):
         """`x` [B, T, hidden] -> [B, T, hidden]."""
         # row-parallel outputs: each rank holds a partial sum, the all-reduce completes it
         attn = self.tp.all_reduce(self.self_attn(self.input_layernorm(x), cos_sin, meta, cache))
-        x = x + attn
-        return x + self.tp.all_reduce(self.mlp(self.post_attention_layernorm(x)))
+        # x + attn, and its norm: one call on a CPU with the native kernels
+        x, normed = self.post_attention_layernorm.add_forward(x, attn)
+        return x + self.tp.all_reduce(self.mlp(normed))
 
 
 class LlamaForCausalLM(nn.Module):

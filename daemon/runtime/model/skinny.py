@@ -1,4 +1,4 @@
-"""The skinny GEMM (_skinny_gemm.c): float32 y = x @ w^T on panel-packed weights, for the CPU.
+"""The skinny GEMM (_cpu_kernels.c): float32 y = x @ w^T on panel-packed weights, for the CPU.
 
 A decode or verify pass multiplies a few rows by weights larger than the last-level cache: its
 cost is reading them. `python -m bench.linear_bench` times the wide bench target's MLPs (6
@@ -14,40 +14,17 @@ alternate, [2P, K, 16], and the kernel writes silu(gate) * up, never the [rows, 
 Built here with torch; the C side only reads it.
 """
 
-import logging
-from types import ModuleType
-
 import torch
 
-logger = logging.getLogger(__name__)
+from daemon.runtime.model.native import kernels
 
-ABI_VERSION = 2  # what this wrapper calls; the built module says its own
 PANEL = 16  # output columns per panel (NR in the C source)
 MIN_THREAD_BYTES = 4 << 20  # a weight under this runs on one thread: a thread costs ~20 us
 
 
-def _load() -> ModuleType | None:
-    try:
-        from daemon.runtime.model import _skinny_gemm as native
-    except ImportError:  # not built (no C compiler at install, another architecture)
-        return None
-    if getattr(native, "ABI_VERSION", None) != ABI_VERSION:
-        logger.warning(
-            "%s is a stale build (ABI %s, expected %d): using oneDNN; rerun scripts/setup.sh",
-            native.__file__,
-            getattr(native, "ABI_VERSION", None),
-            ABI_VERSION,
-        )
-        return None
-    return native
-
-
-_native = _load()
-
-
 def available() -> bool:
     """Whether the kernel was built and this CPU runs it (x86-64 with AVX2 and FMA)."""
-    return _native is not None and bool(_native.available())
+    return kernels() is not None
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
@@ -87,19 +64,22 @@ def gated_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> to
 
 
 def _run(x: torch.Tensor, packed: torch.Tensor, out_features: int, gated: bool) -> torch.Tensor:
+    module = kernels()
+    assert module is not None, "the skinny GEMM is not built or does not run on this CPU"
     in_features = packed.shape[1]
-    rows = x.numel() // in_features
-    # [rows, K]: the kernel reads rows at a stride, elements contiguous
-    flat = x.reshape(rows, in_features)
-    if flat.stride(1) != 1:
-        flat = flat.contiguous()
-    out = torch.empty(rows, out_features, dtype=torch.float32)
+    out = torch.empty(*x.shape[:-1], out_features, dtype=torch.float32)
+    if x.is_contiguous():  # the usual case: no reshape ops from Python
+        flat, rows, stride = x, out.numel() // max(out_features, 1), in_features
+    else:  # [rows, K]: the kernel reads rows at a stride, elements contiguous
+        flat = x.reshape(-1, in_features)
+        if flat.stride(1) != 1:
+            flat = flat.contiguous()
+        rows, stride = flat.shape[0], flat.stride(0)
     if rows:
         threads = torch.get_num_threads() if packed.numel() * 4 >= MIN_THREAD_BYTES else 1
-        assert _native is not None
-        _native.gemm(
+        module.gemm(
             flat.data_ptr(),
-            flat.stride(0),
+            stride,
             packed.data_ptr(),
             out.data_ptr(),
             out_features,
@@ -109,4 +89,4 @@ def _run(x: torch.Tensor, packed: torch.Tensor, out_features: int, gated: bool) 
             threads,
             gated,
         )
-    return out.view(*x.shape[:-1], out_features)
+    return out
