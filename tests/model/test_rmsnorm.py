@@ -55,6 +55,7 @@ def test_torch_path_where_the_kernel_does_not_apply(monkeypatch: pytest.MonkeyPa
     x = torch.randn(3, 128)[:, ::2]  # strided rows
     torch.testing.assert_close(off(x), _reference(x, off.weight, off.eps), rtol=1e-5, atol=1e-6)
     total, normed = off.add_forward(x, x)
+    torch.testing.assert_close(total, 2 * x)
     torch.testing.assert_close(normed, _reference(2 * x, off.weight, off.eps))
     monkeypatch.delenv(native.DISABLE_ENV)
     on = _norm(64)
