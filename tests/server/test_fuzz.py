@@ -62,11 +62,53 @@ json_values = st.recursive(
 MODEL_CHOICES = ["keep", "served", "absent"]
 
 
+_text = st.text(max_size=40)
+_prompt = st.text(min_size=1, max_size=40)
+_sampling = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.just(MODEL),
+        "max_tokens": st.integers(1, 16) | st.integers(1, 2 * MAX_MODEL_LEN),
+        "temperature": st.floats(0.0, 2.0),
+        "top_p": st.floats(0.01, 1.0),
+        "top_k": st.integers(-1, 100),
+        "seed": st.integers(0, 2**31),
+        "stop": st.none() | _text | st.lists(_text, max_size=3),
+        "stream": st.booleans(),
+        "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
+        "ignore_eos": st.booleans(),
+        "stop_token_ids": st.lists(st.integers(0, 300), max_size=3),
+    },
+)
+_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": _prompt}
+)
+
+
+def _requests() -> st.SearchStrategy[tuple[str, Any]]:
+    """Requests a client would send (prompts of any text, sampling fields in and past their
+    ranges): unlike the schema's cases, which a given schemathesis release draws mostly as
+    refusals, a fixed share of these reaches the engine."""
+    completions = st.tuples(
+        st.just("/v1/completions"),
+        st.builds(lambda body, prompt: {**body, "prompt": prompt}, _sampling, _prompt),
+    )
+    chats = st.tuples(
+        st.just("/v1/chat/completions"),
+        st.builds(
+            lambda body, messages: {**body, "messages": messages},
+            _sampling,
+            st.lists(_message, min_size=1, max_size=3),
+        ),
+    )
+    return completions | chats
+
+
 def _bodies() -> st.SearchStrategy[tuple[str, Any]]:
     # most bodies that fit the schema name a model at random: often point them at the served one
     from_schema = _cases().map(_name_model)
     arbitrary = st.tuples(st.sampled_from(PATHS), json_values)
-    return from_schema | arbitrary
+    return from_schema | arbitrary | _requests()
 
 
 def _name_model(drawn: tuple[tuple[str, Any], str]) -> tuple[str, Any]:
