@@ -4,7 +4,10 @@
  *   M up to a block of rows; and its gated form for SwiGLU MLPs, y = silu(x @ g^T) * (x @ u^T),
  *   without the [M, 2N] intermediate (skinny.py);
  * - RMSNorm, with the residual add before it fused (rmsnorm.py): one call where torch's CPU
- *   rms_norm runs a handful of ops (~16 us at one row of 256 on this machine, ~3 us here).
+ *   rms_norm runs a handful of ops (~16 us at one row of 256 on this machine, ~3 us here);
+ * - decode attention (attention.py): rotary on q and k, the chunk's K/V written to the cache,
+ *   then every query over its slot's keys (causal, optionally windowed, grouped-query heads),
+ *   one call per layer where the torch path takes ~20 ops.
  *
  * Why (daemon/runtime/model/skinny.py has the figures): a decode or verify pass multiplies a
  * few rows (1 to ~16) by weights far larger than the last-level cache, so its cost is reading
@@ -32,6 +35,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -47,7 +51,7 @@
 #define MB 96         /* rows per block: the weights are streamed once per block */
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
-#define ABI_VERSION 3 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 4 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -245,6 +249,139 @@ __attribute__((target("avx2,fma"))) static void rmsnorm_row(const float *x, cons
     }
 }
 
+
+/* x (D floats) rotated at one position: x * cos + swap(x) * ssin, swap(x) = [x2, x1] and ssin
+ * the sine with its first half negated (rotary.py's table), into out. */
+__attribute__((target("avx2,fma"))) static void rotate(const float *x, const float *cos_p,
+                                                      const float *ssin_p, int64_t dim,
+                                                      float *out)
+{
+    const int64_t half = dim / 2;
+    for (int64_t j = 0; j < dim; j++) {
+        const float swapped = j < half ? x[j + half] : x[j - half];
+        out[j] = x[j] * cos_p[j] + swapped * ssin_p[j];
+    }
+}
+
+__attribute__((target("avx2,fma"))) static inline float dot(const float *a, const float *b,
+                                                           int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+                ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (; j < n; j++) sum += a[j] * b[j];
+    return sum;
+}
+
+/* acc[0..n) += w * v[0..n) */
+__attribute__((target("avx2,fma"))) static inline void axpy(float w, const float *v, float *acc,
+                                                           int64_t n)
+{
+    const __m256 vw = _mm256_set1_ps(w);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        _mm256_storeu_ps(acc + j,
+                         _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + j), _mm256_loadu_ps(acc + j)));
+    }
+    for (; j < n; j++) acc[j] += w * v[j];
+}
+
+/* s[i] = exp(s[i] - top) in place; returns their sum. */
+__attribute__((target("avx2,fma"))) static float exp_shifted(float *s, int64_t n, float top)
+{
+    const __m256 vtop = _mm256_set1_ps(top);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vtop));
+        _mm256_storeu_ps(s + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    float total = 0.0f;
+    for (int j = 0; j < 8; j++) total += lanes[j];
+    for (; i < n; i++) {
+        s[i] = expf(s[i] - top);
+        total += s[i];
+    }
+    return total;
+}
+
+typedef struct {
+    const float *qkv;     /* [B, T, (H + 2 Hkv) D] */
+    const int64_t *rows;  /* [B, 3]: slot, start position, chunk length */
+    const float *cos, *ssin; /* [max_len, D] */
+    float *kc, *vc;       /* [S, Hkv, max_len, D] this layer's cache */
+    float *out;           /* [B, T, H D] */
+    int64_t B, T, H, Hkv, D, max_len, window;
+    float scale;
+} AttnJob;
+
+/* Every real token's K (rotated) and V into its slot, at its position. */
+__attribute__((target("avx2,fma"))) static void attn_write(const AttnJob *a)
+{
+    const int64_t width = (a->H + 2 * a->Hkv) * a->D;
+    for (int64_t b = 0; b < a->B; b++) {
+        const int64_t slot = a->rows[3 * b], start = a->rows[3 * b + 1];
+        const int64_t len = a->rows[3 * b + 2];
+        for (int64_t t = 0; t < len; t++) {
+            const int64_t p = start + t;
+            const float *tok = a->qkv + (b * a->T + t) * width;
+            for (int64_t h = 0; h < a->Hkv; h++) {
+                const int64_t at = ((slot * a->Hkv + h) * a->max_len + p) * a->D;
+                rotate(tok + (a->H + h) * a->D, a->cos + p * a->D, a->ssin + p * a->D, a->D,
+                       a->kc + at);
+                memcpy(a->vc + at, tok + (a->H + a->Hkv + h) * a->D, (size_t)a->D * sizeof(float));
+            }
+        }
+    }
+}
+
+/* Every real query (rotated) over keys [lo, p] of its slot: softmax(q k * scale) v. Pads of
+ * a shorter chunk get zeros (the caller drops them). scores: max_len floats of scratch. */
+__attribute__((target("avx2,fma"))) static void attn_queries(const AttnJob *a, float *scores,
+                                                            float *q)
+{
+    const int64_t width = (a->H + 2 * a->Hkv) * a->D, group = a->H / a->Hkv, D = a->D;
+    for (int64_t b = 0; b < a->B; b++) {
+        const int64_t slot = a->rows[3 * b], start = a->rows[3 * b + 1];
+        const int64_t len = a->rows[3 * b + 2];
+        for (int64_t t = 0; t < a->T; t++) {
+            float *dst = a->out + (b * a->T + t) * a->H * D;
+            if (t >= len) {
+                memset(dst, 0, (size_t)(a->H * D) * sizeof(float));
+                continue;
+            }
+            const int64_t p = start + t;
+            const int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+            const float *tok = a->qkv + (b * a->T + t) * width;
+            for (int64_t h = 0; h < a->H; h++) {
+                rotate(tok + h * D, a->cos + p * D, a->ssin + p * D, D, q);
+                const int64_t base = (slot * a->Hkv + h / group) * a->max_len * D;
+                const float *keys = a->kc + base, *values = a->vc + base;
+                float top = -INFINITY;
+                for (int64_t l = lo; l <= p; l++) {
+                    scores[l] = dot(q, keys + l * D, D) * a->scale;
+                    if (scores[l] > top) top = scores[l];
+                }
+                const float total = exp_shifted(scores + lo, p - lo + 1, top);
+                float *acc = dst + h * D;
+                memset(acc, 0, (size_t)D * sizeof(float));
+                for (int64_t l = lo; l <= p; l++) axpy(scores[l], values + l * D, acc, D);
+                const float inv = 1.0f / total;
+                for (int64_t j = 0; j < D; j++) acc[j] *= inv;
+            }
+        }
+    }
+}
+
 static int cpu_ok(void)
 {
     __builtin_cpu_init();
@@ -349,6 +486,48 @@ static PyObject *rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 #endif
 }
 
+/* attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale):
+ * pointers as integers (module doc; float32, contiguous); window 0: none. */
+static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "attention takes 15 arguments");
+        return NULL;
+    }
+    long long v[14];
+    for (int i = 0; i < 14; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    const double scale = PyFloat_AsDouble(args[14]);
+    if (scale == -1.0 && PyErr_Occurred()) return NULL;
+#ifdef NATIVE_X86
+    AttnJob a = {
+        .qkv = (const float *)(intptr_t)v[0], .rows = (const int64_t *)(intptr_t)v[1],
+        .cos = (const float *)(intptr_t)v[2], .ssin = (const float *)(intptr_t)v[3],
+        .kc = (float *)(intptr_t)v[4], .vc = (float *)(intptr_t)v[5],
+        .out = (float *)(intptr_t)v[6],
+        .B = v[7], .T = v[8], .H = v[9], .Hkv = v[10], .D = v[11], .max_len = v[12],
+        .window = v[13], .scale = (float)scale,
+    };
+    if (a.Hkv < 1 || a.H % a.Hkv != 0 || a.D < 2 || a.D % 2 != 0 || a.max_len < 1) {
+        PyErr_SetString(PyExc_ValueError, "attention: bad head counts or sizes");
+        return NULL;
+    }
+    float *scratch = (float *)malloc((size_t)(a.max_len + a.D) * sizeof(float));
+    if (scratch == NULL) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    attn_write(&a);
+    attn_queries(&a, scratch, scratch + a.max_len);
+    Py_END_ALLOW_THREADS
+    free(scratch);
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError, "attention: built without x86-64 AVX2 support");
+    return NULL;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
@@ -356,12 +535,16 @@ static PyMethodDef methods[] = {
      "packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating panels."},
     {"rmsnorm", (PyCFunction)(void (*)(void))rmsnorm, METH_FASTCALL,
      "rmsnorm(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, dim, eps): y = rmsnorm(x + r) * w."},
+    {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,
+     "attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale): "
+     "rotary, K/V written, causal grouped-query attention of a decode or verify chunk."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_cpu_kernels",
-    "The CPU runner's float32 kernels: skinny GEMM (skinny.py), RMSNorm (rmsnorm.py).", -1,
+    "The CPU runner's float32 kernels: skinny GEMM (skinny.py), RMSNorm (rmsnorm.py), decode "
+    "attention (attention.py).", -1,
     methods,
 };
 

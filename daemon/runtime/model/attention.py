@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from daemon.runtime.model import native
 from daemon.runtime.model.config import ModelConfig
 from daemon.runtime.model.forward_metadata import ForwardMetadata
 from daemon.runtime.model.kv_cache import KVCache
@@ -35,6 +36,8 @@ class Attention(nn.Module):
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, dtype)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, dtype)
+        # decode and verify chunks by the native kernel (native.py): float32, no q/k norm
+        self.is_native = native.enabled() and dtype == torch.float32 and not config.qk_norm
 
     def forward(
         self,
@@ -48,6 +51,8 @@ class Attention(nn.Module):
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
         # [B, T, (H + 2 * H_kv) * D]
         qkv = self.qkv_proj(x)
+        if self.is_native and meta.native_rows is not None and meta.rope_tables is not None:
+            return self.o_proj(self._native(qkv, meta, cache))
         # [B, T, H_kv, D]
         v = qkv[..., sum(self.split_sizes[:2]) :].view(batch, chunk, kv_heads, dim)
         if self.q_norm is not None and self.k_norm is not None:
@@ -68,6 +73,37 @@ class Attention(nn.Module):
         # [B, T, H * D]
         out = out.transpose(1, 2).reshape(batch, chunk, self.num_heads * self.head_dim)
         return self.o_proj(out)
+
+    def _native(self, qkv: torch.Tensor, meta: ForwardMetadata, cache: KVCache) -> torch.Tensor:
+        """The native kernel: rotary, the chunk's K/V written, causal grouped-query attention
+        over each row's slot, in one call. qkv [B, T, (H + 2 * H_kv) * D] -> [B, T, H * D]
+        (zeros at the pads of shorter chunks)."""
+        module = native.kernels()
+        assert module is not None and meta.native_rows is not None
+        assert meta.rope_tables is not None
+        batch, chunk = qkv.shape[:2]
+        keys, values = cache.keys[self.layer], cache.values[self.layer]
+        cos, signed_sin = meta.rope_tables
+        qkv = qkv.contiguous()
+        out = qkv.new_empty(batch, chunk, self.num_heads * self.head_dim)
+        module.attention(
+            qkv.data_ptr(),
+            meta.native_rows.data_ptr(),
+            cos.data_ptr(),
+            signed_sin.data_ptr(),
+            keys.data_ptr(),
+            values.data_ptr(),
+            out.data_ptr(),
+            batch,
+            chunk,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            keys.shape[2],
+            self.window or 0,
+            self.head_dim**-0.5,
+        )
+        return out
 
     def _attention(self, q: torch.Tensor, meta: ForwardMetadata, cache: KVCache) -> torch.Tensor:
         """q [B, T, H, D] -> [B, H, T, D]. The G = H / H_kv query heads that share a KV head are

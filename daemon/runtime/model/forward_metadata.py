@@ -17,6 +17,7 @@ PAD_TOKEN_ID = 0  # fills chunks shorter than T_max; its K/V are never written, 
 # dropped. Beyond it, the batch's slots are gathered (a copy of every layer's K/V, which on a
 # CPU costs about three times the attention that reads them).
 MAX_SPAN_PER_ROW = 4
+NATIVE_MAX_CHUNK = 16  # chunks up to this run the native attention on a CPU; a prefill: sdpa
 
 
 @dataclass(slots=True)
@@ -47,6 +48,12 @@ class ForwardMetadata:
     # every row starts at position 0 (a prefill): query t sees keys 0..t, the kernel's own
     # causal mode (no [R, 1, G * T, L] mask, which grows as T^2; masked blocks skipped)
     from_zero: bool = False
+    # [B, 3] int64 (slot, start position, chunk length) per row, for the native decode
+    # attention (a CPU pass of chunks up to NATIVE_MAX_CHUNK without fork rows); else None
+    native_rows: torch.Tensor | None = None
+    # the rotary tables (cos, signed sin) [max_len, D] the native attention reads; set by the
+    # model beside native_rows
+    rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None
     _masks: dict[tuple[int | None, int, torch.dtype], torch.Tensor] = field(default_factory=dict)
 
     def mask(
@@ -207,6 +214,19 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
         ),
         writes_grid=fork is None and all(len(c) == max_len for c in batch.token_ids),
         from_zero=fork is None and not any(batch.start_positions),
+        native_rows=(
+            torch.tensor(
+                [
+                    [slot, start, len(chunk)]
+                    for slot, start, chunk in zip(
+                        batch.slots, batch.start_positions, batch.token_ids, strict=True
+                    )
+                ],
+                dtype=torch.int64,
+            )
+            if fork is None and device.type == "cpu" and max_len <= NATIVE_MAX_CHUNK
+            else None
+        ),
     )
 
 

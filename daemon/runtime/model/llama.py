@@ -153,6 +153,8 @@ class LlamaForCausalLM(nn.Module):
         if self.static is not None and hidden is None and self.static.accepts(batch):
             return self.static.forward(batch)
         meta = build_metadata(batch, self.device)
+        if meta.native_rows is not None and self.dtype == torch.float32:
+            meta.rope_tables = (self.rotary.cos, self.rotary.signed_sin)
         x = self._layers(meta, hidden)
         if not self.is_last:
             return x
