@@ -252,3 +252,28 @@ def test_scheduler_packs_slots_low_and_keeps_the_batch_in_slot_order() -> None:
     assert {s.slot for s in scheduler.retire_finished()} == {0, 2}
     assert [start(scheduler).slot for _ in range(2)] == [0, 2]
     assert [s.slot for s in scheduler.running] == [0, 1, 2, 3]
+
+
+def test_adaptive_measures_the_verify_lengths_its_choices_skip() -> None:
+    """A pass of 2 tokens costs what 1 does, 3 and more cost 1.6x and up (a step, as a CPU
+    pass has). Having measured only T = 1 and T = 4, a line between them prices T = 2 at 1.23x
+    and the controller keeps k = 3; its cost probes measure T = 2 and it settles on k = 1."""
+    true_verify = {1: 0.010, 2: 0.0101, 3: 0.016, 4: 0.017, 5: 0.018, 6: 0.019}
+    ctl = SpeculationController(ControllerConfig(max_k=5, adaptive=True))
+    est = ctl.new_estimate()
+    counts = [0] * 25 + [1] * 19 + [2] * 14 + [3] * 10 + [4] * 32  # geometric, 0.75
+    random.Random(1).shuffle(counts)
+    for accepted in counts * 3:
+        ctl.observe(est, 4, accepted)
+    for _ in range(3):
+        ctl.costs.record_draft(1, 3, 0.0015)
+        ctl.costs.record_verify(1, 1, true_verify[1])
+        ctl.costs.record_verify(1, 4, true_verify[4])
+    assert ctl.choose([est], [5]) == [3]
+    chosen = []
+    for _ in range(200):
+        (k,) = ctl.choose([est], [5])
+        ctl.costs.record_verify(1, k + 1, true_verify[k + 1])
+        chosen.append(k)
+    assert ctl.costs.verify_count(1, 2) >= 3
+    assert chosen[-48:].count(1) == 42  # the rest: a probe every 8 rounds

@@ -12,6 +12,15 @@ current batch size. Where speculation does not pay, K = 0: the round is plain de
 Estimates only learn where drafts are verified, so a controller that settles on a short K
 would never see whether deeper positions got better. Now and then it probes one position
 further than its choice (K + 1, or K = 1 from plain decoding) to keep them current.
+Costs only learn where passes run, too: a verify length never measured was interpolated
+linearly between the lengths the controller's own choices had visited (T = 1 and T = K + 1,
+K + 2). A CPU pass's cost is not linear in T (flat while the weights' read dominates, then a
+step where the GEMM's row block or the compute takes over: the narrow bench target costs
+1.00, 1.02, 1.04, 1.39, 1.50 at T = 1..5), so a line from T = 1 to T = 6 priced T = 3 at
+1.2x, and in the bench (concurrency 4) adaptive drafted longer than the best fixed k (mean
+acceptance length 5.5 where k = 4 won, 3.6 where k = 2 won). So every other probe is now a
+cost probe: the candidate length nearest the choice that has fewer than MIN_COST_SAMPLES
+verify passes measured at this batch size, if any.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -31,7 +40,8 @@ GLOBAL_DECAY = 0.998  # the same for the engine-wide estimate, updated by every 
 INITIAL_ALPHA = 0.6  # before anything is measured: optimistic enough to try speculation
 MIN_ACCEPT_PROB = 0.02  # a sequence stops drafting at positions less likely than this
 EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
-PROBE_EVERY = 8  # rounds at K > 0 between two rounds probing K + 1
+PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
+MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
 
 
 @dataclass(slots=True)
@@ -52,6 +62,7 @@ class SpeculationController:
     global_estimate: AcceptanceEstimate = field(init=False)
     _rounds_without_spec: int = 0
     _rounds_since_probe: int = 0
+    _cost_probe_next: bool = False  # probes alternate: acceptance (K + 1), then cost
 
     def __post_init__(self) -> None:
         self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
@@ -66,14 +77,15 @@ class SpeculationController:
         probs = [accept_probs(e.alphas(self._prior(), PRIOR_WEIGHT)) for e in estimates]
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
         best_k = self._best_k(probs, caps)
-        k = self._explore(best_k, max(limits, default=0))
+        k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
         if k > best_k:  # a probe: past where the estimates stop drafting too (else it never
             # learns that a position got better), within the limits
             return [min(k, limit) for limit in limits]
         return [min(k, cap) for cap in caps]
 
-    def _explore(self, best_k: int, max_k: int) -> int:
-        """Now and then one position further than the estimates say, to keep them current."""
+    def _explore(self, best_k: int, max_k: int, batch: int, max_cap: int) -> int:
+        """Now and then one position further than the estimates say, to keep them current;
+        every other time, a length whose verify cost is not measured yet (if any)."""
         if best_k == 0 and max_k > 0:
             self._rounds_without_spec += 1
             if self._rounds_without_spec >= EXPLORE_EVERY:
@@ -85,8 +97,22 @@ class SpeculationController:
             self._rounds_since_probe += 1
             if self._rounds_since_probe >= PROBE_EVERY:
                 self._rounds_since_probe = 0
+                self._cost_probe_next = not self._cost_probe_next
+                unmeasured = self._unmeasured_length(best_k, batch, max_cap)
+                if self._cost_probe_next and unmeasured is not None:
+                    return unmeasured
                 return best_k + 1
         return best_k
+
+    def _unmeasured_length(self, best_k: int, batch: int, max_cap: int) -> int | None:
+        """The k nearest best_k (shorter first) whose verify pass (k + 1 tokens) has fewer
+        than MIN_COST_SAMPLES measurements at this batch size, or None."""
+        candidates = [
+            k
+            for k in range(1, max_cap + 1)
+            if k != best_k and self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
+        ]
+        return min(candidates, key=lambda k: (abs(k - best_k), k), default=None)
 
     def observe(self, estimate: AcceptanceEstimate, num_drafted: int, num_accepted: int) -> None:
         estimate.update(num_drafted, num_accepted)

@@ -69,6 +69,10 @@ class CostModel:
     def has_verify(self, batch_size: int, tokens_per_seq: int) -> bool:
         return tokens_per_seq in self.verify_samples.get(batch_bucket(batch_size), {})
 
+    def verify_count(self, batch_size: int, tokens_per_seq: int) -> int:
+        """Recent passes measured at this batch size's bucket and length (at most NUM_RECENT)."""
+        return len(self.verify_samples.get(batch_bucket(batch_size), {}).get(tokens_per_seq, ()))
+
     def knows_plain_cost(self, batch_size: int) -> bool:
         """Whether plain decoding's cost at this batch size is measured or can be borrowed: a
         new batch size takes the nearest measured one's curve (its ratio of T = 1 to longer
