@@ -1,18 +1,13 @@
 """`python -m bench.linear_bench`: a row per row count with every backend, clear errors."""
 
 import subprocess
-import sys
 
 from daemon.runtime.model import skinny
+from tests.bench.bench_module import run_bench_module
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.linear_bench", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_bench_module("linear_bench", *args)
 
 
 def test_prints_a_row_per_row_count() -> None:

@@ -1,16 +1,12 @@
 """`python -m bench.prefill_bench`: a row per prompt length, clear errors for bad lengths."""
 
 import subprocess
-import sys
+
+from tests.bench.bench_module import run_bench_module
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.prefill_bench", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_bench_module("prefill_bench", *args)
 
 
 def test_prints_a_row_per_length() -> None:
