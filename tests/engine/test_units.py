@@ -277,3 +277,12 @@ def test_adaptive_measures_the_verify_lengths_its_choices_skip() -> None:
         chosen.append(k)
     assert ctl.costs.verify_count(1, 2) >= 3
     assert chosen[-48:].count(1) == 42  # the rest: a probe every 8 rounds
+
+
+def test_adaptive_at_its_ceiling_still_measures_shorter_lengths() -> None:
+    """Drafting the ceiling leaves no deeper position to probe; the cost probes still run, or
+    a controller that started deep would never learn that a shorter round is cheaper."""
+    ctl = _costed(0.0005, {1: 0.010, 5: 0.012}, batch=1)
+    est = _trained(ctl, 8)  # everything accepted: the ceiling, 4, is best
+    ks = [ctl.choose([est], [4])[0] for _ in range(16)]
+    assert ks.count(4) == 14 and sorted(set(ks)) == [3, 4]

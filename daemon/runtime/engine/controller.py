@@ -93,15 +93,17 @@ class SpeculationController:
                 return 1
             return 0
         self._rounds_without_spec = 0
-        if 0 < best_k < max_k:
+        if best_k > 0:
             self._rounds_since_probe += 1
             if self._rounds_since_probe >= PROBE_EVERY:
                 self._rounds_since_probe = 0
                 self._cost_probe_next = not self._cost_probe_next
+                deeper = best_k + 1 if best_k < max_k else None  # none past the ceiling
                 unmeasured = self._unmeasured_length(best_k, batch, max_cap)
-                if self._cost_probe_next and unmeasured is not None:
+                if unmeasured is not None and (self._cost_probe_next or deeper is None):
                     return unmeasured
-                return best_k + 1
+                if deeper is not None:
+                    return deeper
         return best_k
 
     def _unmeasured_length(self, best_k: int, batch: int, max_cap: int) -> int | None:
