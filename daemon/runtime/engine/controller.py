@@ -19,8 +19,9 @@ step where the GEMM's row block or the compute takes over: the narrow bench targ
 1.00, 1.02, 1.04, 1.39, 1.50 at T = 1..5), so a line from T = 1 to T = 6 priced T = 3 at
 1.2x, and in the bench (concurrency 4) adaptive drafted longer than the best fixed k (mean
 acceptance length 5.5 where k = 4 won, 3.6 where k = 2 won). So every other probe is now a
-cost probe: the candidate length nearest the choice that has fewer than MIN_COST_SAMPLES
-verify passes measured at this batch size, if any.
+cost probe (every probe at the ceiling, past which none goes deeper): the candidate length
+nearest the choice that has fewer than MIN_COST_SAMPLES verify passes measured at this batch
+size, if any.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
