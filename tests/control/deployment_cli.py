@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 
 from specctl.home import SpecctlHome
 from tests.distributed.ray_cluster import ray_processes_under
+from tests.ports import free_port as free_port  # re-exported for the tests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TARGET = REPO_ROOT / "packaging" / "demo-models" / "target"
@@ -20,12 +20,6 @@ COMMAND_TIMEOUT_S = 120.0
 PROMPTS = ["def parse_args(argv):", "class Stack:\n    def push(self, item):"]
 SERVED_MODEL = "demo-target"
 MAX_TOKENS = 24
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def local_cluster_file(

@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from daemon.specd.process_tree import end_session, session_pids
+from tests.ports import free_port as free_port  # re-exported for the tests
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TARGET = REPO / "packaging" / "demo-models" / "target"
@@ -28,12 +28,6 @@ READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 120.0
 POLL_S = 0.05
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_key_file(directory: Path, key: str) -> Path:

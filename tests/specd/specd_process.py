@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,15 +16,10 @@ from typing import Any
 import httpx
 
 from daemon.specd.process_tree import end_session, session_pids
+from tests.ports import free_port as free_port  # re-exported for the tests
 
 STARTUP_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 150.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _toml(state_dir: Path, token_file: Path, node_name: str, api_port: int) -> str:
