@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from daemon.runtime.errors import RequestError
+from daemon.runtime.model import native
 from daemon.runtime.model.batch import ForwardBatch
 from daemon.runtime.model.fork_layout import ForkLayout, build_fork_layout
 
@@ -224,7 +225,10 @@ def build_metadata(batch: ForwardBatch, device: torch.device) -> ForwardMetadata
                 ],
                 dtype=torch.int64,
             )
-            if fork is None and device.type == "cpu" and max_len <= NATIVE_MAX_CHUNK
+            if fork is None
+            and device.type == "cpu"
+            and max_len <= NATIVE_MAX_CHUNK
+            and native.kernels() is not None  # built; a layer decides whether it uses it
             else None
         ),
     )
