@@ -136,3 +136,64 @@ def test_gated_threads() -> None:
 def test_pack_gated_needs_two_halves() -> None:
     with pytest.raises(ValueError, match="even number of rows"):
         skinny.pack_gated(torch.zeros(5, 4))
+
+
+def _padded_block_max(logits: torch.Tensor) -> torch.Tensor:
+    """[R, V] -> [R, ceil(V / 64)] torch's amax of every 64 columns (the reference)."""
+    rows, vocab = logits.shape
+    blocks = -(-vocab // 64)
+    padded = F.pad(logits, (0, blocks * 64 - vocab), value=-float("inf"))
+    return padded.view(rows, blocks, 64).amax(dim=-1)
+
+
+@pytestmark_kernel
+@pytest.mark.parametrize("vocab", [16, 17, 64, 65, 1000, 64 * 37 + 5])
+@pytest.mark.parametrize("rows", [0, 1, 7, 97])
+def test_block_maxima_match_amax(vocab: int, rows: int) -> None:
+    """The LM head's block maxima are amax over every 64 logits (the last block what is
+    left), and its logits are F.linear's."""
+    weight = _weight(vocab, 48, seed=vocab)
+    x = torch.randn(rows, 48, generator=torch.Generator().manual_seed(rows))
+    logits, maxima = skinny.logits_with_block_maxima(x, skinny.pack(weight), vocab)
+    torch.testing.assert_close(logits, F.linear(x, weight), rtol=1e-4, atol=1e-4)
+    assert maxima.shape == (rows, -(-vocab // 64))
+    assert torch.equal(maxima, _padded_block_max(logits))
+
+
+@pytestmark_kernel
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_block_maxima_threads_own_whole_blocks(threads: int) -> None:
+    """Past MIN_THREAD_BYTES the panels are split between threads in whole blocks of 4 (a
+    block split between two threads would get two half maxima, one lost): 1,069 panels, the
+    last block of 1 panel and partial."""
+    vocab = 16 * 1068 + 5
+    weight = _weight(vocab, 64)
+    assert weight.numel() * 4 >= skinny.MIN_THREAD_BYTES
+    x = torch.randn(5, 64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        logits, maxima = skinny.logits_with_block_maxima(x, skinny.pack(weight), vocab)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(logits, F.linear(x, weight), rtol=1e-4, atol=1e-4)
+    assert torch.equal(maxima, _padded_block_max(logits))
+
+
+@pytestmark_kernel
+def test_block_maxima_nan_and_infinities() -> None:
+    """A block holding a NaN has a NaN maximum (amax's rule); a +inf logit is its block's
+    maximum and a -inf one never is."""
+    vocab = 64 * 5 + 3
+    weight = _weight(vocab, 8)
+    weight[70] = float("nan")  # block 1: a NaN logit in every row
+    weight[200] = float("inf")  # block 3: +inf where the row's sum is positive, else -inf
+    x = torch.ones(3, 8)
+    x[2] = -1.0
+    logits, maxima = skinny.logits_with_block_maxima(x, skinny.pack(weight), vocab)
+    reference = _padded_block_max(logits)
+    assert torch.isnan(maxima[:, 1]).all() and torch.isnan(reference[:, 1]).all()
+    assert maxima[0, 3] == maxima[1, 3] == float("inf")
+    assert torch.isfinite(maxima[2, 3])
+    keep = [0, 2, 3, 4, 5]
+    assert torch.equal(maxima[:, keep], reference[:, keep])

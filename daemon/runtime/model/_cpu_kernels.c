@@ -51,7 +51,8 @@
 #define MB 96         /* rows per block: the weights are streamed once per block */
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
-#define ABI_VERSION 4 /* native.py checks it: a stale build is not used */
+#define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
+#define ABI_VERSION 5 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -62,6 +63,7 @@ typedef struct {
     int64_t m, n, k;  /* n: output columns */
     int64_t p0, p1;   /* this thread's output panels [p0, p1) */
     int gated;
+    float *bmax;      /* NULL, or [M, ceil(n / 64)]: each row's max over every 64 columns */
 } Job;
 
 #ifdef NATIVE_X86
@@ -170,6 +172,37 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
     }
 }
 
+/* bmax[i][b] = max of y[i][64 b .. 64 b + width) for the rows [m0, m0 + rows), read right
+ * after the block's panels were written (in cache). NaN where the block holds one (amax's
+ * rule). */
+__attribute__((target("avx2,fma"))) static void block_maxima(const Job *job, int64_t m0,
+                                                             int64_t rows, int64_t b)
+{
+    const int64_t col = b * BMAX_PANELS * NR;
+    const int64_t width = job->n - col < BMAX_PANELS * NR ? job->n - col : BMAX_PANELS * NR;
+    const int64_t nb = (job->n + BMAX_PANELS * NR - 1) / (BMAX_PANELS * NR);
+    for (int64_t i = 0; i < rows; i++) {
+        const float *row = job->y + (m0 + i) * job->ldy + col;
+        __m256 top = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= width; j += 8) {
+            const __m256 v = _mm256_loadu_ps(row + j);
+            top = _mm256_max_ps(top, v);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, top);
+        float best = lanes[0];
+        for (int l = 1; l < 8; l++) best = lanes[l] > best ? lanes[l] : best;
+        int has_nan = _mm256_movemask_ps(nan) != 0;
+        for (; j < width; j++) {
+            has_nan |= row[j] != row[j];
+            best = row[j] > best ? row[j] : best;
+        }
+        job->bmax[(m0 + i) * nb + b] = has_nan ? NAN : best;
+    }
+}
+
 /* Output panels [p0, p1) for rows [m0, m0 + rows). Plain: full panels straight into y, the
  * last partial one through tile and copied out. Gated: each pair through two tiles, then
  * silu(gate) * up into y. Tiles hold MB x NR floats. */
@@ -200,6 +233,9 @@ __attribute__((target("avx2,fma"))) static void run_block(const Job *job, int64_
             }
         } else {
             panel_product(job, job->w + p * K * NR, m0, rows, dst, job->ldy);
+        }
+        if (job->bmax && ((p + 1) % BMAX_PANELS == 0 || col + NR >= job->n)) {
+            block_maxima(job, m0, rows, p / BMAX_PANELS);
         }
     }
 }
@@ -399,16 +435,17 @@ static PyObject *available(PyObject *self, PyObject *noargs)
 #endif
 }
 
-/* gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated): pointers as integers,
- * strides in elements; the caller (skinny.py) checks shapes, dtypes, layout and availability. */
+/* gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr): pointers as
+ * integers, strides in elements; bmax_ptr 0: no block maxima (else [m, ceil(n / 64)], not
+ * gated, ldy = n). The caller (skinny.py) checks shapes, dtypes, layout and availability. */
 static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "gemm takes 10 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "gemm takes 11 arguments");
         return NULL;
     }
-    long long v[10];
-    for (int i = 0; i < 10; i++) {
+    long long v[11];
+    for (int i = 0; i < 11; i++) {
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) {
             return NULL;
@@ -419,16 +456,20 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int threads = (int)v[8];
     if (threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > panels) threads = (int)(panels > 0 ? panels : 1);
+    /* with block maxima a thread's panels are whole blocks: no block is split between two */
+    const int64_t unit = v[10] ? BMAX_PANELS : 1, units = (panels + unit - 1) / unit;
+    if (threads > units) threads = (int)(units > 0 ? units : 1);
     Job jobs[MAX_THREADS];
     for (int t = 0; t < threads; t++) {
+        const int64_t p0 = units * t / threads * unit, p1 = units * (t + 1) / threads * unit;
         jobs[t] = (Job){
             .x = (const float *)(intptr_t)v[0], .ldx = v[1],
             .w = (const float *)(intptr_t)v[2],
             .y = (float *)(intptr_t)v[3], .ldy = v[4],
             .m = v[5], .n = n, .k = v[7],
-            .p0 = panels * t / threads, .p1 = panels * (t + 1) / threads,
+            .p0 = p0, .p1 = p1 < panels ? p1 : panels,
             .gated = v[9] != 0,
+            .bmax = (float *)(intptr_t)v[10],
         };
     }
     int failed = 0;
@@ -531,8 +572,9 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
-     "gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated): y = x @ w^T over "
-     "packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating panels."},
+     "gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr): y = x @ w^T "
+     "over packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating panels; bmax_ptr: "
+     "also each row's max over every 64 columns."},
     {"rmsnorm", (PyCFunction)(void (*)(void))rmsnorm, METH_FASTCALL,
      "rmsnorm(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, dim, eps): y = rmsnorm(x + r) * w."},
     {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,

@@ -18,6 +18,7 @@ from daemon.runtime.model.rotary import RotaryEmbedding
 from daemon.runtime.model.sharding import shard_config
 from daemon.runtime.model.static_pass import StaticPasses
 from daemon.runtime.parallel.group import TensorParallel
+from daemon.runtime.sampling import block_maxima
 
 
 class DecoderLayer(nn.Module):
@@ -224,10 +225,16 @@ class LlamaForCausalLM(nn.Module):
 
     def lm_head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., hidden] -> float32 logits [..., V]."""
+        panels, width = self.tied_head, self.vocab_size
+        if self.lm_head is not None and self.lm_head.bias is None:
+            panels, width = self.lm_head.panels, self.lm_head.out_features
+        if panels is not None and hidden.dtype == torch.float32:
+            # and each block of 64 logits' max, for the samplers (sampling/block_maxima.py)
+            logits, maxima = skinny.logits_with_block_maxima(hidden, panels, width)
+            block_maxima.remember(logits, maxima)
+            return logits
         if self.lm_head is not None:
             return self.lm_head(hidden).float()
-        if self.tied_head is not None:
-            return skinny.linear(hidden, self.tied_head, self.vocab_size)
         assert self.embed_tokens is not None
         # tied: the embedding's dense weight (a packed copy would double the largest tensor)
         return F.linear(hidden, self.embed_tokens.weight).float()

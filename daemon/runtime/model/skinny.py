@@ -63,7 +63,28 @@ def gated_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> to
     return _run(x, packed, out_features, gated=True)
 
 
-def _run(x: torch.Tensor, packed: torch.Tensor, out_features: int, gated: bool) -> torch.Tensor:
+def logits_with_block_maxima(
+    x: torch.Tensor, packed: torch.Tensor, out_features: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An LM head: `x` [..., K] -> logits [..., V] and, computed while each block of 64
+    columns is still in cache, their block maxima [..., ceil(V / 64)] (the pass over the
+    logits that a sampler's argmax or Gumbel race would otherwise make; sampling/
+    block_maxima.py)."""
+    num_blocks = -(-out_features // BMAX_BLOCK)
+    maxima = torch.empty(*x.shape[:-1], num_blocks, dtype=torch.float32)
+    return _run(x, packed, out_features, gated=False, maxima=maxima), maxima
+
+
+BMAX_BLOCK = 4 * PANEL  # columns per block maximum (BMAX_PANELS panels in the C source)
+
+
+def _run(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    out_features: int,
+    gated: bool,
+    maxima: torch.Tensor | None = None,  # [rows, ceil(out_features / 64)] written, or None
+) -> torch.Tensor:
     module = kernels()
     assert module is not None, "the skinny GEMM is not built or does not run on this CPU"
     in_features = packed.shape[1]
@@ -88,5 +109,6 @@ def _run(x: torch.Tensor, packed: torch.Tensor, out_features: int, gated: bool) 
             in_features,
             threads,
             gated,
+            0 if maxima is None else maxima.data_ptr(),
         )
     return out

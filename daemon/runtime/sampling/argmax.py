@@ -6,10 +6,14 @@ verify pass of 16 sequences, k = 4, at Qwen's vocabulary) it takes ~10 ms on one
 the vectorised max of every chunk, the argmax of those few maxima, then the argmax inside the
 winning chunk only. The rule is torch.argmax's: the first index of the maximum (a NaN counts as
 the maximum; the first chunk holding the first maximum holds its first index). Other devices
-keep torch.argmax, which is already parallel there.
+keep torch.argmax, which is already parallel there. Where the LM head left the logits' block
+maxima (block_maxima.py), they are the chunk maxima, and the logits are read in the winning
+block only.
 """
 
 import torch
+
+from daemon.runtime.sampling import block_maxima
 
 CHUNK = 256  # elements per chunk: the chunk maxima stay small, the winning chunk is one read
 MIN_VOCAB = 4 * CHUNK  # narrower rows: torch.argmax directly
@@ -21,6 +25,9 @@ def argmax_last(x: torch.Tensor) -> torch.Tensor:
     if x.device.type != "cpu" or vocab < MIN_VOCAB or x.numel() == 0:
         return x.argmax(dim=-1)
     lead = x.shape[:-1]
+    known = block_maxima.lookup(x)  # [..., nb] or None
+    if known is not None:
+        return _argmax_in_blocks(x, known, block_maxima.BLOCK).reshape(lead)
     rows = x.reshape(-1, vocab)  # [R, V] (a view for contiguous logits)
     num_chunks = vocab // CHUNK
     split = num_chunks * CHUNK
@@ -37,3 +44,18 @@ def argmax_last(x: torch.Tensor) -> torch.Tensor:
         tail_wins = torch.stack([head_val, tail_val], dim=-1).argmax(dim=-1).bool()  # [R]
         index = torch.where(tail_wins, split + tail_arg, index)
     return index.reshape(lead)
+
+
+def _argmax_in_blocks(
+    x: torch.Tensor,  # [..., V]
+    maxima: torch.Tensor,  # [..., nb] the max of every `block` entries (the last: what is left)
+    block: int,
+) -> torch.Tensor:
+    """[...] int64 argmax from known block maxima: the first block holding the maximum (or a
+    NaN) holds its first index, found by reading that block alone."""
+    vocab = x.shape[-1]
+    best_block = maxima.argmax(dim=-1, keepdim=True)  # [..., 1]
+    # [..., block] the winning block's indices; the last block's past V repeat V - 1, whose
+    # value is the block's own, so the first maximum is still found first
+    at = (best_block * block + torch.arange(block)).clamp_(max=vocab - 1)
+    return best_block.squeeze(-1) * block + x.gather(-1, at).argmax(dim=-1)

@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.keyed_random import GOLDEN_GAMMA, MASK64, mix64
 
 BLOCK = 64  # tokens per block of the field
@@ -290,7 +291,10 @@ def _search(
     vocab_size = scores.shape[-1]
     device = scores.device
     sizes = _block_sizes(vocab_size, device)  # [nb]
-    if 2 * num_keys < scores.shape[0]:  # a few rows of many: copy them first
+    known = block_maxima.lookup(scores) if BLOCK == block_maxima.BLOCK else None
+    if known is not None:  # the LM head's (upper bounds while excluded tokens are masked)
+        block_best = known[rows]  # [N, nb]
+    elif 2 * num_keys < scores.shape[0]:  # a few rows of many: copy them first
         block_best = _block_maxima(scores[rows])  # [N, nb]
     else:
         block_best = _block_maxima(scores)[rows]
@@ -392,7 +396,10 @@ def _lowered(threshold: torch.Tensor, are_probs: bool) -> torch.Tensor:
 
 
 def _block_maxima(scores: torch.Tensor) -> torch.Tensor:
-    """[N, V] -> [N, nb] the largest score of each block (one pass, a view for whole blocks)."""
+    """[N, V] -> [N, nb] the largest score of each block (one pass, a view for whole blocks;
+    none where the LM head left them: block_maxima.py)."""
+    if BLOCK == block_maxima.BLOCK and (known := block_maxima.lookup(scores)) is not None:
+        return known
     num_rows, vocab_size = scores.shape
     whole = vocab_size // BLOCK
     maxima = [scores[:, : whole * BLOCK].reshape(num_rows, whole, BLOCK).amax(dim=-1)]

@@ -9,6 +9,8 @@ import contextlib
 
 import torch
 
+from daemon.runtime.sampling import block_maxima
+
 GREEDY_TEMPERATURE = 0.0
 TOP_K_OFF = 0
 TOP_P_OFF = 1.0
@@ -31,6 +33,8 @@ def process_logits(
     # Greedy rows: temperature 1, so the softmax keeps the logits' order.
     temperature = torch.where(temperature == GREEDY_TEMPERATURE, 1.0, temperature)
     inplace = inplace and logits.dtype == torch.float32 and logits.is_contiguous()
+    if inplace:
+        block_maxima.forget(logits)  # their maxima no longer hold
     # logits made under inference mode may only be updated in place under it
     needs_mode = inplace and logits.is_inference() and not torch.is_inference_mode_enabled()
     with torch.inference_mode() if needs_mode else contextlib.nullcontext():
@@ -116,7 +120,11 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         return values.topk(k, dim=-1)
     full = num_blocks * TOP_K_BLOCK
     # [N, nb] block maxima -> [N, k] the blocks that hold the top k
-    block_max = values[:, :full].reshape(num_rows, num_blocks, TOP_K_BLOCK).amax(dim=-1)
+    known = block_maxima.lookup(values) if TOP_K_BLOCK == block_maxima.BLOCK else None
+    if known is not None:  # the LM head's (its last, partial block is the rest's below)
+        block_max = known[:, :num_blocks]
+    else:
+        block_max = values[:, :full].reshape(num_rows, num_blocks, TOP_K_BLOCK).amax(dim=-1)
     blocks = block_max.topk(k, dim=-1).indices
     # [N, k * BLOCK + rest] candidate ids: the chosen blocks' entries and the partial block
     within = torch.arange(TOP_K_BLOCK, device=values.device)
