@@ -52,7 +52,7 @@
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 5 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 6 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -418,6 +418,210 @@ __attribute__((target("avx2,fma"))) static void attn_queries(const AttnJob *a, f
     }
 }
 
+/* ---- The keyed Gumbel field's argmax (sampling/gumbel_field.py has the definition) ---- */
+
+#define G_BLOCK 64
+static const uint64_t G_GAMMA = 0x9E3779B97F4A7C15ULL;
+static const uint64_t G_ARGMAX_SALT = 0x6A09E667F3BCC909ULL;
+static const uint64_t G_ENTRY_SALT = 0xBB67AE8584CAA73BULL;
+
+static inline uint64_t g_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* the top 53 bits as a double in (0, 1) */
+static inline double g_uniform(uint64_t w) { return ((double)(w >> 11) + 0.5) * 0x1p-53; }
+
+/* entry j of block word w whose largest noise is bmax (at index a): a Gumbel truncated below
+ * it, bmax itself at a */
+static inline double g_entry(uint64_t w, double bmax, int64_t a, int64_t j)
+{
+    if (j == a) return bmax;
+    const double e = -log(g_uniform(g_mix64((w ^ G_ENTRY_SALT) + (uint64_t)(j + 1) * G_GAMMA)));
+    return -log(exp(-bmax) + e);
+}
+
+/* 4 lanes of 64-bit a times a constant, modulo 2^64 (AVX2 has no 64-bit multiply) */
+__attribute__((target("avx2,fma"))) static inline __m256i g_mul64(__m256i a, uint64_t c)
+{
+    const __m256i lo = _mm256_set1_epi64x((int64_t)(c & 0xFFFFFFFFULL));
+    const __m256i hi = _mm256_set1_epi64x((int64_t)(c >> 32));
+    const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), lo),
+                                           _mm256_mul_epu32(a, hi));
+    return _mm256_add_epi64(_mm256_mul_epu32(a, lo), _mm256_slli_epi64(cross, 32));
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256i g_mix64x4(__m256i z)
+{
+    z = g_mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), 0xBF58476D1CE4E5B9ULL);
+    z = g_mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), 0x94D049BB133111EBULL);
+    return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+}
+
+/* 4 unsigned integers below 2^52 as doubles (exactly) */
+__attribute__((target("avx2,fma"))) static inline __m256d g_small_to_double(__m256i v)
+{
+    const __m256d magic = _mm256_set1_pd(0x1p52);
+    return _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(v, _mm256_castpd_si256(magic))),
+                         magic);
+}
+
+/* g_uniform on 4 words: the same doubles */
+__attribute__((target("avx2,fma"))) static inline __m256d g_uniform4(__m256i w)
+{
+    const __m256i x = _mm256_srli_epi64(w, 11); /* 53 bits: two exact halves */
+    const __m256d hi = g_small_to_double(_mm256_srli_epi64(x, 26));
+    const __m256d lo = g_small_to_double(_mm256_and_si256(x, _mm256_set1_epi64x((1LL << 26) - 1)));
+    const __m256d d = _mm256_add_pd(_mm256_mul_pd(hi, _mm256_set1_pd(0x1p26)), lo);
+    return _mm256_mul_pd(_mm256_add_pd(d, _mm256_set1_pd(0.5)), _mm256_set1_pd(0x1p-53));
+}
+
+/* log of 4 positive normal doubles, fdlibm's method (x = 2^e m, m in [sqrt(1/2), sqrt(2)),
+ * log m = 2 atanh(f / (2 + f)) by a degree-14 polynomial): within 1 ulp of the C library's */
+__attribute__((target("avx2,fma"))) static inline __m256d g_log4(__m256d x)
+{
+    const __m256i bits = _mm256_castpd_si256(x);
+    __m256d e = _mm256_sub_pd(g_small_to_double(_mm256_srli_epi64(bits, 52)),
+                              _mm256_set1_pd(1023.0));
+    __m256d m = _mm256_castsi256_pd(
+        _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi64x(0x000FFFFFFFFFFFFFLL)),
+                        _mm256_set1_epi64x(0x3FF0000000000000LL)));
+    const __m256d big = _mm256_cmp_pd(m, _mm256_set1_pd(1.4142135623730951), _CMP_GT_OQ);
+    m = _mm256_blendv_pd(m, _mm256_mul_pd(m, _mm256_set1_pd(0.5)), big);
+    e = _mm256_add_pd(e, _mm256_and_pd(big, _mm256_set1_pd(1.0)));
+    const __m256d f = _mm256_sub_pd(m, _mm256_set1_pd(1.0));
+    const __m256d s = _mm256_div_pd(f, _mm256_add_pd(f, _mm256_set1_pd(2.0)));
+    const __m256d z = _mm256_mul_pd(s, s), w = _mm256_mul_pd(z, z);
+    __m256d t1 = _mm256_fmadd_pd(w, _mm256_set1_pd(1.531383769920937332e-01),
+                                 _mm256_set1_pd(2.222219843214978396e-01));
+    t1 = _mm256_mul_pd(w, _mm256_fmadd_pd(w, t1, _mm256_set1_pd(3.999999999940941908e-01)));
+    __m256d t2 = _mm256_fmadd_pd(w, _mm256_set1_pd(1.479819860511658591e-01),
+                                 _mm256_set1_pd(1.818357216161805012e-01));
+    t2 = _mm256_fmadd_pd(w, t2, _mm256_set1_pd(2.857142874366239149e-01));
+    t2 = _mm256_mul_pd(z, _mm256_fmadd_pd(w, t2, _mm256_set1_pd(6.666666666666735130e-01)));
+    const __m256d r = _mm256_add_pd(t2, t1);
+    const __m256d hfsq = _mm256_mul_pd(_mm256_set1_pd(0.5), _mm256_mul_pd(f, f));
+    /* e ln2_hi - ((hfsq - (s (hfsq + r) + e ln2_lo)) - f) */
+    const __m256d inner = _mm256_fmadd_pd(s, _mm256_add_pd(hfsq, r),
+                                          _mm256_mul_pd(e, _mm256_set1_pd(1.90821492927058770002e-10)));
+    return _mm256_sub_pd(_mm256_mul_pd(e, _mm256_set1_pd(6.93147180369123816490e-01)),
+                         _mm256_sub_pd(_mm256_sub_pd(hfsq, inner), f));
+}
+
+#define G_LANES 4 /* vectors of 4 blocks worked on side by side: their chains overlap */
+
+/* The largest noise of whole blocks b .. b + 15: log 64 - log(-log u), into out */
+__attribute__((target("avx2,fma"))) static inline void g_block_max16(uint64_t key, int64_t b,
+                                                                     double *out)
+{
+    __m256d x[G_LANES];
+    for (int q = 0; q < G_LANES; q++) {
+        const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(b + 4 * q + 1),
+                                               _mm256_set_epi64x(3, 2, 1, 0));
+        x[q] = g_uniform4(g_mix64x4(_mm256_add_epi64(_mm256_set1_epi64x((int64_t)key),
+                                                     g_mul64(index, G_GAMMA))));
+    }
+    for (int q = 0; q < G_LANES; q++) x[q] = _mm256_sub_pd(_mm256_setzero_pd(), g_log4(x[q]));
+    for (int q = 0; q < G_LANES; q++) {
+        _mm256_storeu_pd(out + b + 4 * q,
+                         _mm256_sub_pd(_mm256_set1_pd(log((double)G_BLOCK)), g_log4(x[q])));
+    }
+}
+
+/* argmax_i (scores_i + scale * G_i) over one row of V float32 scores for field key `key`:
+ * the block with the best bound (its largest score + scale * its largest noise) expanded
+ * first, then the entries of every block whose bound still beats the best value, those that
+ * can. maxima: the row's block maxima (or NULL: computed here into best); bound, noise_max:
+ * nb doubles of scratch each, best nb floats. Returns the token (-1: every score -inf), or -2 where a NaN was seen (the
+ * caller's torch search decides then). */
+__attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *scores, int64_t V,
+                                                             const float *maxima, uint64_t key,
+                                                             double scale, double *bound,
+                                                             double *noise_max, float *best)
+{
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK, whole = V / G_BLOCK;
+    int64_t b = 0;
+    if (!maxima) {
+        for (b = 0; b < nb; b++) {
+            const int64_t n = b < whole ? G_BLOCK : V - b * G_BLOCK;
+            const float *row = scores + b * G_BLOCK;
+            __m256 top8 = _mm256_set1_ps(-INFINITY), nan8 = _mm256_setzero_ps();
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) {
+                const __m256 v = _mm256_loadu_ps(row + j);
+                top8 = _mm256_max_ps(top8, v);
+                nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            }
+            float lanes[8], top = -INFINITY;
+            _mm256_storeu_ps(lanes, top8);
+            for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
+            int has_nan = _mm256_movemask_ps(nan8) != 0;
+            for (; j < n; j++) {
+                has_nan |= row[j] != row[j];
+                top = row[j] > top ? row[j] : top;
+            }
+            best[b] = has_nan ? NAN : top;
+        }
+        maxima = best;
+    }
+    /* each block's largest noise, 4 whole blocks at a time, then the bounds */
+    int nan = 0;
+    const int64_t start = whole - whole % (4 * G_LANES);
+    for (b = whole; b < nb; b++) { /* the partial block */
+        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
+        noise_max[b] = log((double)(V - b * G_BLOCK)) - log(-log(g_uniform(w)));
+    }
+    for (b = start; b < whole; b++) {
+        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
+        noise_max[b] = log((double)G_BLOCK) - log(-log(g_uniform(w)));
+    }
+    for (b = 0; b < start; b += 4 * G_LANES) g_block_max16(key, b, noise_max);
+    int64_t first = 0;
+    double top_bound = -INFINITY;
+    for (b = 0; b < nb; b++) {
+        const float top = maxima[b];
+        nan |= top != top;
+        bound[b] = (double)top + scale * noise_max[b];
+        if (bound[b] > top_bound) {
+            top_bound = bound[b];
+            first = b;
+        }
+    }
+    if (nan) return -2;
+    double value = -INFINITY;
+    int64_t token = -1;
+    /* the first block, then the others in order (a block is looked at when it can still win) */
+    for (int64_t step = 0; step <= nb; step++) {
+        b = step == 0 ? first : step - 1;
+        if ((step > 0 && b == first) || !(bound[b] > value)) continue;
+        const int64_t n = b < whole ? G_BLOCK : V - b * G_BLOCK;
+        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
+        const double m = noise_max[b];
+        int64_t a = (int64_t)(g_uniform(g_mix64(w ^ G_ARGMAX_SALT)) * (double)n);
+        if (a > n - 1) a = n - 1;
+        const float *row = scores + b * G_BLOCK;
+        /* the entry holding the block's largest noise first (no log to draw it): its value
+         * prunes the others, which only a larger score can beat by then */
+        for (int64_t step_j = -1; step_j < n; step_j++) {
+            const int64_t j = step_j < 0 ? a : step_j;
+            if (step_j == a) continue;
+            const double score = (double)row[j];
+            if (score != score) return -2;
+            /* an entry's noise is at most m: only a score past value - scale * m can win */
+            if (!(score + scale * m > value)) continue;
+            const double v = score + scale * g_entry(w, m, a, j);
+            if (v > value || (v == value && b * G_BLOCK + j < token)) {
+                value = v;
+                token = b * G_BLOCK + j;
+            }
+        }
+    }
+    return value > -INFINITY ? token : -1;
+}
+
 static int cpu_ok(void)
 {
     __builtin_cpu_init();
@@ -569,6 +773,51 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 #endif
 }
 
+/* gumbel_argmax(scores_ptr, ld, vocab, rows_ptr, keys_ptr, scales_ptr, maxima_ptr, ldm,
+ * num_keys, out_ptr): for key i (int64 keys[i], double scales[i]) over float32 row rows[i] of
+ * scores (ld floats apart), the token into int64 out[i]. maxima_ptr 0: none (computed); else
+ * float32 block maxima, row r at maxima + r * ldm. Returns False where a NaN was seen (out
+ * is then not to be used). */
+static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "gumbel_argmax takes 10 arguments");
+        return NULL;
+    }
+    long long v[10];
+    for (int i = 0; i < 10; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+#ifdef NATIVE_X86
+    const float *scores = (const float *)(intptr_t)v[0];
+    const int64_t ld = v[1], V = v[2], ldm = v[7], num = v[8];
+    const int64_t *rows = (const int64_t *)(intptr_t)v[3];
+    const int64_t *keys = (const int64_t *)(intptr_t)v[4];
+    const double *scales = (const double *)(intptr_t)v[5];
+    const float *maxima = (const float *)(intptr_t)v[6];
+    int64_t *out = (int64_t *)(intptr_t)v[9];
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
+    double *bound = malloc((size_t)(nb > 0 ? 3 * nb : 1) * sizeof(double));
+    if (!bound) return PyErr_NoMemory();
+    int clean = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < num && clean; i++) {
+        const int64_t r = rows[i];
+        out[i] = gumbel_row(scores + r * ld, V, maxima ? maxima + r * ldm : NULL,
+                            (uint64_t)keys[i], scales[i], bound, bound + nb,
+                            (float *)(bound + 2 * nb));
+        clean = out[i] != -2;
+    }
+    Py_END_ALLOW_THREADS
+    free(bound);
+    return PyBool_FromLong(clean);
+#else
+    PyErr_SetString(PyExc_RuntimeError, "gumbel_argmax: built without x86-64 AVX2 support");
+    return NULL;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
@@ -580,6 +829,9 @@ static PyMethodDef methods[] = {
     {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,
      "attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale): "
      "rotary, K/V written, causal grouped-query attention of a decode or verify chunk."},
+    {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
+     "gumbel_argmax(scores, ld, vocab, rows, keys, scales, maxima, ldm, num_keys, out): the "
+     "keyed Gumbel field's argmax per key (gumbel_field.py); False where a NaN was seen."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.keyed_random import GOLDEN_GAMMA, MASK64, mix64
 
@@ -287,6 +288,9 @@ def _search(
     are_probs: bool,
     noise_scale: torch.Tensor | None,  # [N]
 ) -> torch.Tensor:
+    found = _native_search(scores, rows, keys, are_probs, noise_scale)
+    if found is not None:
+        return found
     num_keys = keys.shape[0]
     vocab_size = scores.shape[-1]
     device = scores.device
@@ -339,6 +343,58 @@ def _search(
         tokens = tokens.clone()
         tokens[owners[wins]] = candidate_tokens[wins]
     return torch.where(values > -math.inf, tokens, -1)
+
+
+def _native_search(
+    scores: torch.Tensor,  # [R, V]
+    rows: torch.Tensor,  # [N]
+    keys: torch.Tensor,  # [N]
+    are_probs: bool,
+    noise_scale: torch.Tensor | None,  # [N]
+) -> torch.Tensor | None:
+    """The same search in C (_cpu_kernels.c, one call for every key: the torch search is ~100
+    small ops a call), for float32 logits on a CPU with the native kernels; None where it does
+    not apply or met a NaN (the torch search decides then). Its logs are the C library's, so a
+    value can differ from torch's in the last bit: only an exact tie between two tokens'
+    values, in float64, could pick another token."""
+    module = native.kernels()
+    if (
+        module is None
+        or not native.enabled()
+        or are_probs
+        or scores.device.type != "cpu"
+        or scores.dtype != torch.float32
+        or scores.dim() != 2
+        or scores.stride(-1) != 1
+        or BLOCK != block_maxima.BLOCK
+    ):
+        return None
+    num_keys = keys.shape[0]
+    rows = rows.to(torch.int64).contiguous()
+    if num_keys and not 0 <= int(rows.min()) <= int(rows.max()) < scores.shape[0]:
+        raise IndexError(f"rows out of range for {scores.shape[0]} rows of scores")
+    keys = keys.to(torch.int64).contiguous()
+    if noise_scale is None:
+        scale = torch.ones(num_keys, dtype=torch.float64)
+    else:
+        scale = noise_scale.to(torch.float64).contiguous()
+    maxima = block_maxima.lookup(scores)  # [R, nb] or None
+    if maxima is not None and maxima.stride(-1) != 1:
+        maxima = None
+    out = torch.empty(num_keys, dtype=torch.int64)
+    clean = module.gumbel_argmax(
+        scores.data_ptr(),
+        scores.stride(0),
+        scores.shape[1],
+        rows.data_ptr(),
+        keys.data_ptr(),
+        scale.data_ptr(),
+        0 if maxima is None else maxima.data_ptr(),
+        0 if maxima is None else maxima.stride(0),
+        num_keys,
+        out.data_ptr(),
+    )
+    return out if clean else None
 
 
 def _block_noise(

@@ -1,0 +1,98 @@
+"""The Gumbel field's argmax in C (_cpu_kernels.c) picks the token the torch search and the
+dense field pick: every key, ragged vocabularies, temperatures, rows of a larger tensor,
+excluded tokens, rows of -inf, and a NaN handed back to the torch search."""
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from daemon.runtime.model import native
+from daemon.runtime.sampling import block_maxima
+from daemon.runtime.sampling.gumbel_field import dense_field, field_keys, gumbel_argmax
+
+pytestmark = pytest.mark.skipif(native.kernels() is None, reason="native kernels not built")
+
+
+@pytest.fixture(autouse=True)
+def _empty_registry() -> Iterator[None]:
+    block_maxima.clear()
+    yield
+    block_maxima.clear()
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, *args: object, **kwargs: object) -> torch.Tensor:
+    """gumbel_argmax in C and in torch; asserts they agree and returns the answer."""
+    monkeypatch.setenv(native.DISABLE_ENV, "1")
+    in_c = gumbel_argmax(*args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.setenv(native.DISABLE_ENV, "0")
+    in_torch = gumbel_argmax(*args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.delenv(native.DISABLE_ENV)
+    assert torch.equal(in_c, in_torch)
+    return in_c
+
+
+def _record_maxima(logits: torch.Tensor) -> None:
+    vocab = logits.shape[-1]
+    blocks = -(-vocab // block_maxima.BLOCK)
+    padded = F.pad(logits, (0, blocks * block_maxima.BLOCK - vocab), value=-math.inf)
+    block_maxima.remember(logits, padded.view(logits.shape[0], blocks, -1).amax(dim=-1))
+
+
+@pytest.mark.parametrize("vocab", [1, 63, 64, 65, 64 * 16, 64 * 16 + 1, 64 * 37 + 5, 151_936])
+@pytest.mark.parametrize("spread", [0.01, 1.0, 8.0])
+def test_the_c_search_is_the_torch_search(
+    monkeypatch: pytest.MonkeyPatch, vocab: int, spread: float
+) -> None:
+    """Whole and partial blocks, fewer blocks than one vector pass (16) and many; logits flat
+    and peaked; with the LM head's maxima and without."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(24, vocab, generator=gen) * spread  # [R, V]
+    keys = field_keys(list(range(24)), [vocab] * 24)
+    scale = torch.linspace(0.2, 1.5, 24)
+    plain = _both(monkeypatch, logits, keys)
+    scaled = _both(monkeypatch, logits, keys, noise_scale=scale)
+    _record_maxima(logits)
+    assert torch.equal(_both(monkeypatch, logits, keys), plain)
+    assert torch.equal(_both(monkeypatch, logits, keys, noise_scale=scale), scaled)
+    if vocab <= 64 * 37 + 5:  # the dense field, every entry drawn
+        field = dense_field(keys, vocab)  # [R, V] float64
+        assert torch.equal(plain, (logits.double() + field).argmax(dim=-1))
+        assert torch.equal(scaled, (logits.double() + scale.double()[:, None] * field).argmax(-1))
+
+
+def test_rows_excluded_tokens_and_rows_of_minus_infinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    vocab = 64 * 20 + 9
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(10, vocab, generator=gen) * 2
+    logits[4] = -math.inf  # nothing to pick: -1
+    logits[7, :] = -math.inf
+    logits[7, vocab - 1] = 0.0  # only the last token of the partial block
+    keys = field_keys(list(range(6)), [11] * 6)
+    rows = torch.tensor([9, 4, 7, 0, 2, 5])
+    picked = _both(monkeypatch, logits, keys, rows=rows)
+    assert picked[1] == -1 and picked[2] == vocab - 1
+    excluded = picked.view(6, 1).clamp(min=0)  # each key's winner excluded: another one wins
+    again = _both(monkeypatch, logits[rows], keys, excluded)
+    assert torch.all((again != picked) | (picked < 0))
+    # strided rows of a larger tensor (row stride 2 V)
+    wide = logits.repeat(1, 2).view(20, vocab)[::2]
+    assert torch.equal(_both(monkeypatch, wide, keys, rows=rows), picked)
+
+
+def test_a_nan_goes_to_the_torch_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C search gives up on a NaN score; the torch search then answers as it always did."""
+    logits = torch.randn(3, 64 * 40)
+    logits[1, 64 * 17 + 3] = math.nan
+    keys = field_keys([1, 2, 3], [5, 5, 5])
+    _both(monkeypatch, logits, keys)
+    _record_maxima(logits)  # NaN among the maxima: the same
+    _both(monkeypatch, logits, keys)
+
+
+def test_rows_out_of_range_are_an_error() -> None:
+    logits = torch.randn(2, 64 * 4)
+    with pytest.raises(IndexError, match="out of range"):
+        gumbel_argmax(logits, field_keys([1], [1]), rows=torch.tensor([2]))
