@@ -52,7 +52,7 @@
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 6 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 7 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -622,6 +622,32 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
     return value > -INFINITY ? token : -1;
 }
 
+/* log sum_i exp(x_i * inv_t) of one row of V floats whose max is top: top * inv_t +
+ * log sum exp((x_i - top) * inv_t), summed 64 at a time in float32, the blocks in double */
+__attribute__((target("avx2,fma"))) static double log_normalizer(const float *x, int64_t V,
+                                                                float top, double inv_t)
+{
+    if (top != top || top == INFINITY) return top != top ? NAN : INFINITY;
+    if (top == -INFINITY) return -INFINITY;
+    const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
+    double total = 0.0;
+    int64_t i = 0;
+    for (; i + 64 <= V; i += 64) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < 64; j += 8) {
+            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vtop), vinv);
+            acc = _mm256_add_ps(acc, exp8(d));
+        }
+        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
+        double lanes[4];
+        _mm256_storeu_pd(lanes, wide);
+        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    }
+    for (; i < V; i++) total += exp(((double)x[i] - (double)top) * inv_t);
+    return (double)top * inv_t + log(total);
+}
+
 static int cpu_ok(void)
 {
     __builtin_cpu_init();
@@ -818,6 +844,49 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
 #endif
 }
 
+/* log_normalizers(x_ptr, ld, rows, V, inv_temps_ptr, maxima_ptr, ldm, out_ptr): per row r
+ * of float32 x (ld floats apart), out[r] = log sum_i exp(x[r, i] * inv_temps[r]) (doubles),
+ * the log of a softmax's denominator at temperature 1 / inv_temps[r]. maxima_ptr 0: the rows'
+ * maxima are found here; else float32 block maxima of 64, row r at maxima + r * ldm. */
+static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "log_normalizers takes 8 arguments");
+        return NULL;
+    }
+    long long v[8];
+    for (int i = 0; i < 8; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+#ifdef NATIVE_X86
+    const float *x = (const float *)(intptr_t)v[0];
+    const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[6];
+    const double *inv_t = (const double *)(intptr_t)v[4];
+    const float *maxima = (const float *)(intptr_t)v[5];
+    double *out = (double *)(intptr_t)v[7];
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * ld;
+        const float *m = maxima ? maxima + r * ldm : row;
+        const int64_t n = maxima ? nb : V;
+        float top = -INFINITY;
+        int nan = 0;
+        for (int64_t i = 0; i < n; i++) {
+            nan |= m[i] != m[i];
+            top = m[i] > top ? m[i] : top;
+        }
+        out[r] = log_normalizer(row, V, nan ? NAN : top, inv_t[r]);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError, "log_normalizers: built without x86-64 AVX2 support");
+    return NULL;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
@@ -832,6 +901,9 @@ static PyMethodDef methods[] = {
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
      "gumbel_argmax(scores, ld, vocab, rows, keys, scales, maxima, ldm, num_keys, out): the "
      "keyed Gumbel field's argmax per key (gumbel_field.py); False where a NaN was seen."},
+    {"log_normalizers", (PyCFunction)(void (*)(void))log_normalizers, METH_FASTCALL,
+     "log_normalizers(x, ld, rows, vocab, inv_temps, maxima, ldm, out): per row, log sum "
+     "exp(x * inv_t) (a softmax's log denominator) into doubles."},
     {NULL, NULL, 0, NULL},
 };
 

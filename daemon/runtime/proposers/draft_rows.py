@@ -81,11 +81,10 @@ def run_rows(
         still: list[DraftRow] = []
         if drafting:
             keys = [active[i].key() for i in drafting]
-            # every row drafting (the usual case): no copy of [A, V] logits, and the sampler
-            # may overwrite them (no guessing row reads them after)
+            # every row drafting (the usual case): no copy of [A, V] logits
             every_row = len(drafting) == len(active)
             rows_logits = logits if every_row else logits[drafting]
-            steps = sampler.sample(rows_logits, keys, with_alternatives, overwrite=every_row)
+            steps = sampler.sample(rows_logits, keys, with_alternatives)
             for i, step in zip(drafting, steps, strict=True):
                 row = active[i]
                 row.record.append(

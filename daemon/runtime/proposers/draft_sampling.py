@@ -29,7 +29,7 @@ from daemon.runtime.proposers.drafts import SparseDraw
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax, gumbel_topk
 from daemon.runtime.sampling.keyed_random import keyed_draw, keyed_u64
-from daemon.runtime.sampling.logits import process_logits, top_k
+from daemon.runtime.sampling.logits import log_normalizers, top_k
 from daemon.runtime.sampling.quantized import (
     PROPOSAL_BITS,
     PROPOSAL_TOTAL,
@@ -78,10 +78,9 @@ class DraftSampler:
         logits: torch.Tensor,
         keys: list[RowKey],
         with_alternatives: bool = True,
-        overwrite: bool = False,
     ) -> list[DraftStep]:
-        """logits [A, V] float32, one key per row -> one draft per row. `overwrite`: the
-        logits are not needed afterwards and may be turned into probabilities in place."""
+        """logits [A, V] float32, one key per row -> one draft per row (the logits are left as
+        they were)."""
         sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
         best_ids = [[-1]] * len(keys)  # sampled rows: their token, set below
         best_probs = [[1.0]] * len(keys)  # not estimated
@@ -124,8 +123,8 @@ class DraftSampler:
                 step.token, step.token_prob = ids[0], probs[0]
                 step.alternatives, step.alternative_probs = ids, probs
         elif sampled:
-            # every row sampled and the logits disposable: no [A, V] copy
-            rows_logits = logits if overwrite and len(sampled) == len(keys) else logits[sampled]
+            # every row sampled: no [A, V] copy
+            rows_logits = logits if len(sampled) == len(keys) else logits[sampled]
             rows = self._sample_rows(rows_logits, [keys[i] for i in sampled])
             for i, (token, sparse) in zip(sampled, rows, strict=True):
                 step = steps[i]
@@ -215,18 +214,20 @@ class DraftSampler:
     def _sample_rows(
         self, logits: torch.Tensor, keys: list[RowKey]
     ) -> list[tuple[int, SparseDraw]]:
-        """logits [A', V] of sampled rows (overwritten) -> (token, counts it was drawn
-        from) per row."""
-        num_rows = len(keys)
-        probs = process_logits(  # [A', V]
-            logits,
-            torch.tensor([k.temperature for k in keys]),
-            torch.zeros(num_rows, dtype=torch.long),
-            torch.ones(num_rows),
-            inplace=True,
+        """logits [A', V] of sampled rows (left as they were) -> (token, counts it was drawn
+        from) per row. q = softmax(logits / T) is never written out: its top S by the logits'
+        order, their probabilities from the rows' log denominators (one read of the logits),
+        and the tail's token by the Gumbel race on the logits at temperature T."""
+        temps = torch.tensor([k.temperature for k in keys])  # [A']
+        vocab_size = logits.shape[-1]
+        top_logits, ids = top_k(logits, min(self.sparse_top_k, vocab_size))  # [A', S]
+        # [A', S] q at the listed tokens, best first
+        top = (
+            (top_logits.double() / temps.double().unsqueeze(-1))
+            .sub_(log_normalizers(logits, temps).unsqueeze(-1))
+            .exp_()
+            .float()
         )
-        vocab_size = probs.shape[-1]
-        top, ids = top_k(probs, min(self.sparse_top_k, vocab_size))  # [A', S] best first
         if self.sparse_mass < 1.0:  # list no more than it takes to cover sparse_mass
             top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
         counts, tails = quantize_with_tail(top)  # [A', S], [A'] int64: rows sum to 2^15
@@ -242,7 +243,10 @@ class DraftSampler:
             tail_keys = field_keys(
                 [keys[r].draft_seed for r in in_tail], [keys[r].position for r in in_tail]
             )
-            picked[rows] = gumbel_argmax(probs, tail_keys, listed, are_probs=True, rows=rows)
+            # argmax over U of (log q + G) = argmax over U of (logits + T G)
+            picked[rows] = gumbel_argmax(
+                logits, tail_keys, listed, rows=rows, noise_scale=temps[rows]
+            )
         out = []
         for r, (key, token) in enumerate(zip(keys, picked.tolist(), strict=True)):
             if token < 0:  # no unlisted token has any probability: any unlisted one will do

@@ -9,6 +9,7 @@ import contextlib
 
 import torch
 
+from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
 
 GREEDY_TEMPERATURE = 0.0
@@ -134,6 +135,44 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.cat([ids, rest], dim=-1)
     top, picked = values.gather(-1, ids).topk(k, dim=-1)
     return top, ids.gather(-1, picked)
+
+
+def log_normalizers(
+    logits: torch.Tensor,  # [N, V] float32
+    temperature: torch.Tensor,  # [N] > 0
+) -> torch.Tensor:
+    """[N] float64 log sum_i exp(logits_i / T) per row: the log denominator of the softmax at
+    temperature T, so that p_i = exp(logits_i / T - it). One read of the logits in C where
+    the native kernels run (the row's max from the LM head's block maxima when it left
+    them), against torch's division, max and exp-sum passes over [N, V]."""
+    module = native.kernels()
+    if (
+        module is None
+        or not native.enabled()
+        or logits.device.type != "cpu"
+        or logits.dtype != torch.float32
+        or logits.dim() != 2
+        or logits.stride(-1) != 1
+    ):
+        scaled = logits.double() / temperature.double().unsqueeze(-1)
+        return torch.logsumexp(scaled, dim=-1)
+    num_rows, vocab = logits.shape
+    inverse = (1.0 / temperature.double()).contiguous()  # [N]
+    maxima = block_maxima.lookup(logits)  # [N, nb] or None
+    if maxima is not None and maxima.stride(-1) != 1:
+        maxima = None
+    out = torch.empty(num_rows, dtype=torch.float64)
+    module.log_normalizers(
+        logits.data_ptr(),
+        logits.stride(0),
+        num_rows,
+        vocab,
+        inverse.data_ptr(),
+        0 if maxima is None else maxima.data_ptr(),
+        0 if maxima is None else maxima.stride(0),
+        out.data_ptr(),
+    )
+    return out
 
 
 def _check_process_args(
