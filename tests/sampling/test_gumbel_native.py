@@ -96,3 +96,23 @@ def test_rows_out_of_range_are_an_error() -> None:
     logits = torch.randn(2, 64 * 4)
     with pytest.raises(IndexError, match="out of range"):
         gumbel_argmax(logits, field_keys([1], [1]), rows=torch.tensor([2]))
+
+
+@pytest.mark.parametrize("vocab", [1, 65, 64 * 16 + 1, 64 * 37 + 5, 151_936])
+def test_probabilities_race_their_logs(monkeypatch: pytest.MonkeyPatch, vocab: int) -> None:
+    """are_probs: log p races (zeros never win, a row of zeros gives -1), in C as in torch
+    and as over the dense field."""
+    gen = torch.Generator().manual_seed(vocab + 1)
+    probs = torch.softmax(torch.randn(12, vocab, generator=gen) * 3, dim=-1)  # [R, V]
+    probs[3] = 0.0
+    probs[5, : vocab // 2] = 0.0  # half the tokens impossible
+    keys = field_keys(list(range(12)), [vocab] * 12)
+    picked = _both(monkeypatch, probs, keys, are_probs=True)
+    assert picked[3] == -1
+    assert vocab == 1 or picked[5] >= vocab // 2
+    excluded = picked.view(12, 1).clamp(min=0)
+    _both(monkeypatch, probs, keys, excluded, are_probs=True)
+    if vocab <= 64 * 37 + 5:
+        dense = probs.double().log() + dense_field(keys, vocab)
+        expected = torch.where(dense.amax(-1) > -math.inf, dense.argmax(-1), -1)
+        assert torch.equal(picked, expected)

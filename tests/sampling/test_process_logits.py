@@ -4,7 +4,10 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from daemon.runtime.model import native
+from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.logits import process_logits, sparse_top_k
 
 # probabilities 0.4, 0.3, 0.2, 0.1 at temperature 1, in a shuffled vocabulary order
@@ -100,3 +103,49 @@ def test_sparse_top_k_renormalises() -> None:
     torch.testing.assert_close(ratio, ratio[:, :1].expand(-1, 4))
     with pytest.raises(ValueError):
         sparse_top_k(probs, 17)
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+@pytest.mark.parametrize("vocab", [1, 9, 64, 64 * 37 + 5, 151_936])
+def test_in_place_equals_the_fresh_softmax(
+    monkeypatch: pytest.MonkeyPatch, native_on: str, vocab: int
+) -> None:
+    """In place (the C kernel where it runs, the LM head's block maxima or not) gives the
+    softmax at each row's temperature (greedy: 1), as close to float64's as torch's own."""
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(5, vocab, generator=gen) * torch.tensor([0.1, 1, 5, 20, 3])[:, None]
+    temps = torch.tensor([0.0, 0.3, 0.7, 1.0, 1.7])
+    no_k, no_p = torch.zeros(5, dtype=torch.long), torch.ones(5)
+    at = torch.where(temps > 0, temps, 1.0).double()  # greedy rows: temperature 1
+    exact = torch.softmax(logits.double() / at[:, None], dim=-1)
+    fresh = process_logits(logits, temps, no_k, no_p)
+    torch.testing.assert_close(fresh.double(), exact, rtol=5e-5, atol=1e-12)
+    for with_maxima in (False, True):
+        work = logits.clone()
+        if with_maxima:
+            blocks = -(-vocab // 64)
+            padded = F.pad(work, (0, blocks * 64 - vocab), value=-math.inf)
+            block_maxima.remember(work, padded.view(5, blocks, 64).amax(dim=-1))
+        got = process_logits(work, temps, no_k, no_p, inplace=True)
+        assert got.data_ptr() == work.data_ptr()
+        torch.testing.assert_close(got.double(), exact, rtol=5e-5, atol=1e-12)
+        assert block_maxima.lookup(work) is None
+    block_maxima.clear()
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+def test_in_place_rows_without_a_finite_max(
+    monkeypatch: pytest.MonkeyPatch, native_on: str
+) -> None:
+    """A row of -inf, a NaN or +inf: the same answer as torch's softmax (the C kernel leaves
+    such batches to it)."""
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    logits = torch.randn(4, 300)
+    logits[1] = -math.inf
+    logits[2, 7] = math.nan
+    logits[3, 9] = math.inf
+    args = (torch.ones(4), torch.zeros(4, dtype=torch.long), torch.ones(4))
+    expected = torch.softmax(logits, dim=-1)
+    got = process_logits(logits.clone(), *args, inplace=True)
+    torch.testing.assert_close(got, expected, equal_nan=True)

@@ -52,7 +52,7 @@
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 7 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 9 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -505,8 +505,8 @@ __attribute__((target("avx2,fma"))) static inline __m256d g_log4(__m256d x)
     const __m256d r = _mm256_add_pd(t2, t1);
     const __m256d hfsq = _mm256_mul_pd(_mm256_set1_pd(0.5), _mm256_mul_pd(f, f));
     /* e ln2_hi - ((hfsq - (s (hfsq + r) + e ln2_lo)) - f) */
-    const __m256d inner = _mm256_fmadd_pd(s, _mm256_add_pd(hfsq, r),
-                                          _mm256_mul_pd(e, _mm256_set1_pd(1.90821492927058770002e-10)));
+    const __m256d ln2_lo = _mm256_set1_pd(1.90821492927058770002e-10);
+    const __m256d inner = _mm256_fmadd_pd(s, _mm256_add_pd(hfsq, r), _mm256_mul_pd(e, ln2_lo));
     return _mm256_sub_pd(_mm256_mul_pd(e, _mm256_set1_pd(6.93147180369123816490e-01)),
                          _mm256_sub_pd(_mm256_sub_pd(hfsq, inner), f));
 }
@@ -535,12 +535,14 @@ __attribute__((target("avx2,fma"))) static inline void g_block_max16(uint64_t ke
  * the block with the best bound (its largest score + scale * its largest noise) expanded
  * first, then the entries of every block whose bound still beats the best value, those that
  * can. maxima: the row's block maxima (or NULL: computed here into best); bound, noise_max:
- * nb doubles of scratch each, best nb floats. Returns the token (-1: every score -inf), or -2 where a NaN was seen (the
- * caller's torch search decides then). */
+ * nb doubles of scratch each, best nb floats. are_probs: the scores are probabilities, log p
+ * races. Returns the token (-1: every score -inf), or -2 where a NaN was seen (the caller's
+ * torch search decides then). */
 __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *scores, int64_t V,
                                                              const float *maxima, uint64_t key,
-                                                             double scale, double *bound,
-                                                             double *noise_max, float *best)
+                                                             double scale, int are_probs,
+                                                             double *bound, double *noise_max,
+                                                             float *best)
 {
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK, whole = V / G_BLOCK;
     int64_t b = 0;
@@ -579,12 +581,21 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
         noise_max[b] = log((double)G_BLOCK) - log(-log(g_uniform(w)));
     }
     for (b = 0; b < start; b += 4 * G_LANES) g_block_max16(key, b, noise_max);
+    if (are_probs) { /* the blocks' largest log p, 4 at a time (log 0 = -inf) */
+        for (b = 0; b + 4 <= nb; b += 4) {
+            const __m256d top = _mm256_cvtps_pd(_mm_loadu_ps(maxima + b));
+            const __m256d positive = _mm256_cmp_pd(top, _mm256_setzero_pd(), _CMP_GT_OQ);
+            _mm256_storeu_pd(bound + b, _mm256_blendv_pd(_mm256_set1_pd(-INFINITY),
+                                                         g_log4(top), positive));
+        }
+        for (; b < nb; b++) bound[b] = maxima[b] > 0.0f ? log((double)maxima[b]) : -INFINITY;
+    }
     int64_t first = 0;
     double top_bound = -INFINITY;
     for (b = 0; b < nb; b++) {
         const float top = maxima[b];
         nan |= top != top;
-        bound[b] = (double)top + scale * noise_max[b];
+        bound[b] = (are_probs ? bound[b] : (double)top) + scale * noise_max[b];
         if (bound[b] > top_bound) {
             top_bound = bound[b];
             first = b;
@@ -603,19 +614,25 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
         int64_t a = (int64_t)(g_uniform(g_mix64(w ^ G_ARGMAX_SALT)) * (double)n);
         if (a > n - 1) a = n - 1;
         const float *row = scores + b * G_BLOCK;
+        /* probabilities: the score is log p, and p past exp(value - scale m) (a little less, for
+         * rounding) is what can win */
+        double floor_p = are_probs ? exp(value - scale * m) * (1.0 - 1e-9) : 0.0;
         /* the entry holding the block's largest noise first (no log to draw it): its value
          * prunes the others, which only a larger score can beat by then */
         for (int64_t step_j = -1; step_j < n; step_j++) {
             const int64_t j = step_j < 0 ? a : step_j;
             if (step_j == a) continue;
-            const double score = (double)row[j];
-            if (score != score) return -2;
+            const double raw = (double)row[j];
+            if (raw != raw) return -2;
+            if (are_probs && !(raw > floor_p)) continue;
+            const double score = are_probs ? log(raw) : raw;
             /* an entry's noise is at most m: only a score past value - scale * m can win */
             if (!(score + scale * m > value)) continue;
             const double v = score + scale * g_entry(w, m, a, j);
             if (v > value || (v == value && b * G_BLOCK + j < token)) {
                 value = v;
                 token = b * G_BLOCK + j;
+                if (are_probs) floor_p = exp(value - scale * m) * (1.0 - 1e-9);
             }
         }
     }
@@ -646,6 +663,39 @@ __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x,
     }
     for (; i < V; i++) total += exp(((double)x[i] - (double)top) * inv_t);
     return (double)top * inv_t + log(total);
+}
+
+/* In place: x[i] = exp((x[i] - top) * inv_t) / sum over the row (a softmax at temperature
+ * 1 / inv_t whose row max is top), the exps written in one pass, then scaled. */
+__attribute__((target("avx2,fma"))) static void softmax_row(float *x, int64_t V, float top,
+                                                           double inv_t)
+{
+    const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
+    double total = 0.0;
+    int64_t i = 0;
+    for (; i + 64 <= V; i += 64) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < 64; j += 8) {
+            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vtop), vinv);
+            const __m256 e = exp8(d);
+            _mm256_storeu_ps(x + i + j, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
+        double lanes[4];
+        _mm256_storeu_pd(lanes, wide);
+        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    }
+    for (; i < V; i++) {
+        x[i] = (float)exp(((double)x[i] - (double)top) * inv_t);
+        total += x[i];
+    }
+    const __m256 scale = _mm256_set1_ps((float)(1.0 / total));
+    for (i = 0; i + 8 <= V; i += 8) {
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), scale));
+    }
+    for (; i < V; i++) x[i] = (float)(x[i] / total);
 }
 
 static int cpu_ok(void)
@@ -800,18 +850,19 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* gumbel_argmax(scores_ptr, ld, vocab, rows_ptr, keys_ptr, scales_ptr, maxima_ptr, ldm,
- * num_keys, out_ptr): for key i (int64 keys[i], double scales[i]) over float32 row rows[i] of
- * scores (ld floats apart), the token into int64 out[i]. maxima_ptr 0: none (computed); else
- * float32 block maxima, row r at maxima + r * ldm. Returns False where a NaN was seen (out
- * is then not to be used). */
+ * num_keys, out_ptr, are_probs): for key i (int64 keys[i], double scales[i]) over float32 row
+ * rows[i] of scores (ld floats apart), the token into int64 out[i]. maxima_ptr 0: none
+ * (computed); else float32 block maxima, row r at maxima + r * ldm. are_probs: the scores
+ * are probabilities and log p races (a zero never wins). Returns False where a NaN was seen
+ * (out is then not to be used). */
 static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "gumbel_argmax takes 10 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "gumbel_argmax takes 11 arguments");
         return NULL;
     }
-    long long v[10];
-    for (int i = 0; i < 10; i++) {
+    long long v[11];
+    for (int i = 0; i < 11; i++) {
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
@@ -831,7 +882,7 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
     for (int64_t i = 0; i < num && clean; i++) {
         const int64_t r = rows[i];
         out[i] = gumbel_row(scores + r * ld, V, maxima ? maxima + r * ldm : NULL,
-                            (uint64_t)keys[i], scales[i], bound, bound + nb,
+                            (uint64_t)keys[i], scales[i], v[10] != 0, bound, bound + nb,
                             (float *)(bound + 2 * nb));
         clean = out[i] != -2;
     }
@@ -887,6 +938,54 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
 #endif
 }
 
+/* softmax_(x_ptr, ld, rows, V, inv_temps_ptr, maxima_ptr, ldm): each float32 row of x (ld
+ * floats apart) becomes softmax(x * inv_temps[r]) in place. maxima_ptr 0: the rows' maxima
+ * are found here; else float32 block maxima of 64, row r at maxima + r * ldm. Returns False
+ * (nothing written) where a row's max is not finite (a NaN, +inf, or no finite logit): the
+ * caller's torch softmax decides those. */
+static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "softmax_ takes 7 arguments");
+        return NULL;
+    }
+    long long v[7];
+    for (int i = 0; i < 7; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+#ifdef NATIVE_X86
+    float *x = (float *)(intptr_t)v[0];
+    const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[6];
+    const double *inv_t = (const double *)(intptr_t)v[4];
+    const float *maxima = (const float *)(intptr_t)v[5];
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
+    int finite = 1;
+    float *tops = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
+    if (!tops) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t r = 0; r < rows && finite; r++) { /* every row's max first: all or nothing */
+        const float *m = maxima ? maxima + r * ldm : x + r * ld;
+        const int64_t n = maxima ? nb : V;
+        float top = -INFINITY;
+        int nan = 0;
+        for (int64_t i = 0; i < n; i++) {
+            nan |= m[i] != m[i];
+            top = m[i] > top ? m[i] : top;
+        }
+        finite = !nan && top > -INFINITY && top < INFINITY;
+        tops[r] = top;
+    }
+    for (int64_t r = 0; r < rows && finite; r++) softmax_row(x + r * ld, V, tops[r], inv_t[r]);
+    Py_END_ALLOW_THREADS
+    free(tops);
+    return PyBool_FromLong(finite);
+#else
+    PyErr_SetString(PyExc_RuntimeError, "softmax_: built without x86-64 AVX2 support");
+    return NULL;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
@@ -899,11 +998,15 @@ static PyMethodDef methods[] = {
      "attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale): "
      "rotary, K/V written, causal grouped-query attention of a decode or verify chunk."},
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
-     "gumbel_argmax(scores, ld, vocab, rows, keys, scales, maxima, ldm, num_keys, out): the "
+     "gumbel_argmax(scores, ld, vocab, rows, keys, scales, maxima, ldm, num_keys, out, "
+     "are_probs): the "
      "keyed Gumbel field's argmax per key (gumbel_field.py); False where a NaN was seen."},
     {"log_normalizers", (PyCFunction)(void (*)(void))log_normalizers, METH_FASTCALL,
      "log_normalizers(x, ld, rows, vocab, inv_temps, maxima, ldm, out): per row, log sum "
      "exp(x * inv_t) (a softmax's log denominator) into doubles."},
+    {"softmax_", (PyCFunction)(void (*)(void))softmax_inplace, METH_FASTCALL,
+     "softmax_(x, ld, rows, vocab, inv_temps, maxima, ldm): rows of x become softmax(x * "
+     "inv_t) in place; False (nothing written) where a row's max is not finite."},
     {NULL, NULL, 0, NULL},
 };
 

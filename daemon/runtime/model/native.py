@@ -12,7 +12,7 @@ from types import ModuleType
 
 logger = logging.getLogger(__name__)
 
-ABI_VERSION = 7  # what the wrappers call; the built module states its own
+ABI_VERSION = 9  # what the wrappers call; the built module states its own
 DISABLE_ENV = "SPECCTL_NATIVE"  # "0": torch's ops only (for before/after measurements)
 
 

@@ -353,15 +353,15 @@ def _native_search(
     noise_scale: torch.Tensor | None,  # [N]
 ) -> torch.Tensor | None:
     """The same search in C (_cpu_kernels.c, one call for every key: the torch search is ~100
-    small ops a call), for float32 logits on a CPU with the native kernels; None where it does
-    not apply or met a NaN (the torch search decides then). Its logs are the C library's, so a
-    value can differ from torch's in the last bit: only an exact tie between two tokens'
-    values, in float64, could pick another token."""
+    small ops a call), for float32 logits or probabilities on a CPU with the native kernels;
+    None where it does not apply or met a NaN (the torch search decides then). Its logs are
+    its own and the C library's, so a value can differ from torch's in the last bits: only a
+    near tie between two tokens' values, within that, could pick another token (the field
+    is still a Gumbel field, and the verifier's pick from it an exact sample)."""
     module = native.kernels()
     if (
         module is None
         or not native.enabled()
-        or are_probs
         or scores.device.type != "cpu"
         or scores.dtype != torch.float32
         or scores.dim() != 2
@@ -378,7 +378,7 @@ def _native_search(
         scale = torch.ones(num_keys, dtype=torch.float64)
     else:
         scale = noise_scale.to(torch.float64).contiguous()
-    maxima = block_maxima.lookup(scores)  # [R, nb] or None
+    maxima = None if are_probs else block_maxima.lookup(scores)  # [R, nb] or None
     if maxima is not None and maxima.stride(-1) != 1:
         maxima = None
     out = torch.empty(num_keys, dtype=torch.int64)
@@ -393,6 +393,7 @@ def _native_search(
         0 if maxima is None else maxima.stride(0),
         num_keys,
         out.data_ptr(),
+        are_probs,
     )
     return out if clean else None
 

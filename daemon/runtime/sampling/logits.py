@@ -34,8 +34,15 @@ def process_logits(
     # Greedy rows: temperature 1, so the softmax keeps the logits' order.
     temperature = torch.where(temperature == GREEDY_TEMPERATURE, 1.0, temperature)
     inplace = inplace and logits.dtype == torch.float32 and logits.is_contiguous()
-    if inplace:
+    # [N]
+    uses_top_k = (top_k > TOP_K_OFF) & (top_k < vocab_size)
+    uses_top_p = top_p < TOP_P_OFF
+    truncates = vocab_size > 0 and bool((uses_top_k | uses_top_p).any())
+    if inplace and not truncates and _native_softmax_(logits, temperature):
         block_maxima.forget(logits)  # their maxima no longer hold
+        return logits
+    if inplace:
+        block_maxima.forget(logits)
     # logits made under inference mode may only be updated in place under it
     needs_mode = inplace and logits.is_inference() and not torch.is_inference_mode_enabled()
     with torch.inference_mode() if needs_mode else contextlib.nullcontext():
@@ -46,14 +53,42 @@ def process_logits(
             scaled = logits.div_(temperature.float().unsqueeze(-1))
         else:
             scaled = logits.float() / temperature.float().unsqueeze(-1)
-        # [N]
-        uses_top_k = (top_k > TOP_K_OFF) & (top_k < vocab_size)
-        uses_top_p = top_p < TOP_P_OFF
-        if vocab_size > 0 and bool((uses_top_k | uses_top_p).any()):
+        if truncates:
             scaled = apply_top_k_top_p(scaled, top_k, uses_top_k, top_p, uses_top_p)
         if inplace:  # the row-wise kernel reads each entry before writing it: safe in place
             return torch.ops.aten._softmax.out(scaled, -1, False, out=scaled)
         return torch.softmax(scaled, dim=-1)
+
+
+def _native_softmax_(
+    logits: torch.Tensor,  # [N, V] float32 contiguous, overwritten
+    temperature: torch.Tensor,  # [N] > 0
+) -> bool:
+    """softmax(logits / T) in place in C: the exps written in one pass (each row's max from
+    the LM head's block maxima where it left them), then scaled, where torch makes a division
+    pass and three softmax passes over [N, V]. False (the logits untouched) where the kernels
+    do not run or a row's max is not finite."""
+    module = native.kernels()
+    if module is None or not native.enabled() or logits.device.type != "cpu":
+        return False
+    if logits.dim() != 2 or not logits.numel():
+        return False
+    num_rows, vocab = logits.shape
+    inverse = (1.0 / temperature.double()).contiguous()  # [N]
+    maxima = block_maxima.lookup(logits)  # [N, nb] or None
+    if maxima is not None and maxima.stride(-1) != 1:
+        maxima = None
+    return bool(
+        module.softmax_(
+            logits.data_ptr(),
+            vocab,
+            num_rows,
+            vocab,
+            inverse.data_ptr(),
+            0 if maxima is None else maxima.data_ptr(),
+            0 if maxima is None else maxima.stride(0),
+        )
+    )
 
 
 def apply_top_k_top_p(
