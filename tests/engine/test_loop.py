@@ -4,12 +4,14 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from daemon.runtime.engine.loop import EngineLoop
 from daemon.runtime.engine.request import Request, RequestDelta
 from daemon.runtime.errors import EngineOverloadedError, EngineStoppedError, RequestError
 from daemon.runtime.proposers.base import Proposals, ProposeRequest
 from daemon.runtime.proposers.ngram import NgramProposer
+from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.conftest import MAX_TOKENS
 from tests.engine.helpers import DeltaCollector, make_engine
@@ -205,3 +207,16 @@ def test_speculation_changes_between_steps(target_dir: Path, draft_dir: Path, pr
             loop.call_between_steps(lambda e: e.set_speculation(99, adaptive=False), 30)
     finally:
         loop.stop()
+
+
+def test_a_step_keeps_no_logits_alive(target_dir: Path, draft_dir: Path, prompts):
+    """The LM head's block maxima hold their logits (sampling/block_maxima.py): after a step
+    none are left, so an idle engine holds no round's logits."""
+    engine = make_engine(target_dir, draft_dir, k=3, batch=4)
+    engine.add_request(Request("r0", prompts[0], _greedy()))
+    engine.step()  # the prefill and a round: the LM head recorded maxima
+    logits = torch.zeros(2, 64)
+    block_maxima.remember(logits, torch.zeros(2, 1))  # as if a pass were in flight
+    engine.step()
+    assert block_maxima.lookup(logits) is None
+    assert block_maxima.held() == 0

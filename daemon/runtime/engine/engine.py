@@ -20,6 +20,7 @@ from daemon.runtime.engine.verify import verify
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals, Proposer, ProposeRequest, empty_proposals
+from daemon.runtime.sampling import block_maxima
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +218,8 @@ class SpecEngine:
             running = [s for s in self.scheduler.running if not s.is_finished]
             if running:
                 self._round(running, stats)
+        # the round's logits are done with: their block maxima must not keep them alive
+        block_maxima.clear()
         for seq in self.scheduler.running:
             delta = seq.take_delta()
             if delta is not None:

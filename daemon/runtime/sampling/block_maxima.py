@@ -14,7 +14,8 @@ excluded tokens for the length of one search and restores them: it uses the maxi
 bounds only, which those of the unmasked logits still are. The entries hold the
 logits tensors themselves, so their memory cannot be reused by another tensor while an entry
 lives: a storage address names these logits and nothing else. Inference tensors carry no
-version counter, hence the explicit rule.
+version counter, hence the explicit rule. At most SLOTS entries are kept, and the engine
+clears them after every step, so they never keep a finished round's logits alive.
 """
 
 import threading
@@ -61,6 +62,12 @@ def forget(logits: torch.Tensor) -> None:
 def clear() -> None:
     with _lock:
         _entries.clear()
+
+
+def held() -> int:
+    """How many logits tensors the entries keep alive."""
+    with _lock:
+        return len(_entries)
 
 
 def lookup(scores: torch.Tensor) -> torch.Tensor | None:
