@@ -172,6 +172,27 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
     }
 }
 
+/* The max of n floats; NaN where one is (amax's rule); -inf for none. */
+__attribute__((target("avx2,fma"))) static float max_of(const float *x, int64_t n)
+{
+    __m256 top8 = _mm256_set1_ps(-INFINITY), nan8 = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 v = _mm256_loadu_ps(x + j);
+        top8 = _mm256_max_ps(top8, v);
+        nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    float lanes[8], top = -INFINITY;
+    _mm256_storeu_ps(lanes, top8);
+    for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
+    int has_nan = _mm256_movemask_ps(nan8) != 0;
+    for (; j < n; j++) {
+        has_nan |= x[j] != x[j];
+        top = x[j] > top ? x[j] : top;
+    }
+    return has_nan ? NAN : top;
+}
+
 /* bmax[i][b] = max of y[i][64 b .. 64 b + width) for the rows [m0, m0 + rows), read right
  * after the block's panels were written (in cache). NaN where the block holds one (amax's
  * rule). */
@@ -182,24 +203,7 @@ __attribute__((target("avx2,fma"))) static void block_maxima(const Job *job, int
     const int64_t width = job->n - col < BMAX_PANELS * NR ? job->n - col : BMAX_PANELS * NR;
     const int64_t nb = (job->n + BMAX_PANELS * NR - 1) / (BMAX_PANELS * NR);
     for (int64_t i = 0; i < rows; i++) {
-        const float *row = job->y + (m0 + i) * job->ldy + col;
-        __m256 top = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
-        int64_t j = 0;
-        for (; j + 8 <= width; j += 8) {
-            const __m256 v = _mm256_loadu_ps(row + j);
-            top = _mm256_max_ps(top, v);
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        }
-        float lanes[8];
-        _mm256_storeu_ps(lanes, top);
-        float best = lanes[0];
-        for (int l = 1; l < 8; l++) best = lanes[l] > best ? lanes[l] : best;
-        int has_nan = _mm256_movemask_ps(nan) != 0;
-        for (; j < width; j++) {
-            has_nan |= row[j] != row[j];
-            best = row[j] > best ? row[j] : best;
-        }
-        job->bmax[(m0 + i) * nb + b] = has_nan ? NAN : best;
+        job->bmax[(m0 + i) * nb + b] = max_of(job->y + (m0 + i) * job->ldy + col, width);
     }
 }
 
@@ -548,24 +552,7 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
     int64_t b = 0;
     if (!maxima) {
         for (b = 0; b < nb; b++) {
-            const int64_t n = b < whole ? G_BLOCK : V - b * G_BLOCK;
-            const float *row = scores + b * G_BLOCK;
-            __m256 top8 = _mm256_set1_ps(-INFINITY), nan8 = _mm256_setzero_ps();
-            int64_t j = 0;
-            for (; j + 8 <= n; j += 8) {
-                const __m256 v = _mm256_loadu_ps(row + j);
-                top8 = _mm256_max_ps(top8, v);
-                nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-            }
-            float lanes[8], top = -INFINITY;
-            _mm256_storeu_ps(lanes, top8);
-            for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
-            int has_nan = _mm256_movemask_ps(nan8) != 0;
-            for (; j < n; j++) {
-                has_nan |= row[j] != row[j];
-                top = row[j] > top ? row[j] : top;
-            }
-            best[b] = has_nan ? NAN : top;
+            best[b] = max_of(scores + b * G_BLOCK, b < whole ? G_BLOCK : V - b * G_BLOCK);
         }
         maxima = best;
     }
@@ -706,6 +693,22 @@ static int cpu_ok(void)
 
 #endif /* NATIVE_X86 */
 
+/* The first `count` of `total` arguments as integers into v; False (a Python error set) where
+ * the number of arguments is wrong or one is not an integer. */
+static int int_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t total, int count,
+                    const char *name, long long *v)
+{
+    if (nargs != total) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, got %zd", name, total, nargs);
+        return 0;
+    }
+    for (int i = 0; i < count; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return 0;
+    }
+    return 1;
+}
+
 static PyObject *available(PyObject *self, PyObject *noargs)
 {
 #ifdef NATIVE_X86
@@ -720,17 +723,8 @@ static PyObject *available(PyObject *self, PyObject *noargs)
  * gated, ldy = n). The caller (skinny.py) checks shapes, dtypes, layout and availability. */
 static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "gemm takes 11 arguments");
-        return NULL;
-    }
     long long v[11];
-    for (int i = 0; i < 11; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-    }
+    if (!int_args(args, nargs, 11, 11, "gemm", v)) return NULL;
 #ifdef NATIVE_X86
     const int64_t n = v[6], panels = (n + NR - 1) / NR;
     int threads = (int)v[8];
@@ -780,15 +774,8 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * (x, r, y, s all [rows, dim]); r_ptr 0: no residual; s_ptr 0: the sum is not written. */
 static PyObject *rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "rmsnorm takes 8 arguments");
-        return NULL;
-    }
     long long v[7];
-    for (int i = 0; i < 7; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (!int_args(args, nargs, 8, 7, "rmsnorm", v)) return NULL;
     const double eps = PyFloat_AsDouble(args[7]);
     if (eps == -1.0 && PyErr_Occurred()) return NULL;
 #ifdef NATIVE_X86
@@ -811,15 +798,8 @@ static PyObject *rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
  * pointers as integers (module doc; float32, contiguous); window 0: none. */
 static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError, "attention takes 15 arguments");
-        return NULL;
-    }
     long long v[14];
-    for (int i = 0; i < 14; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (!int_args(args, nargs, 15, 14, "attention", v)) return NULL;
     const double scale = PyFloat_AsDouble(args[14]);
     if (scale == -1.0 && PyErr_Occurred()) return NULL;
 #ifdef NATIVE_X86
@@ -857,15 +837,8 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
  * (out is then not to be used). */
 static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "gumbel_argmax takes 11 arguments");
-        return NULL;
-    }
     long long v[11];
-    for (int i = 0; i < 11; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (!int_args(args, nargs, 11, 11, "gumbel_argmax", v)) return NULL;
 #ifdef NATIVE_X86
     const float *scores = (const float *)(intptr_t)v[0];
     const int64_t ld = v[1], V = v[2], ldm = v[7], num = v[8];
@@ -901,15 +874,8 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
  * maxima are found here; else float32 block maxima of 64, row r at maxima + r * ldm. */
 static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "log_normalizers takes 8 arguments");
-        return NULL;
-    }
     long long v[8];
-    for (int i = 0; i < 8; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (!int_args(args, nargs, 8, 8, "log_normalizers", v)) return NULL;
 #ifdef NATIVE_X86
     const float *x = (const float *)(intptr_t)v[0];
     const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[6];
@@ -920,15 +886,8 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
     Py_BEGIN_ALLOW_THREADS
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * ld;
-        const float *m = maxima ? maxima + r * ldm : row;
-        const int64_t n = maxima ? nb : V;
-        float top = -INFINITY;
-        int nan = 0;
-        for (int64_t i = 0; i < n; i++) {
-            nan |= m[i] != m[i];
-            top = m[i] > top ? m[i] : top;
-        }
-        out[r] = log_normalizer(row, V, nan ? NAN : top, inv_t[r]);
+        const float top = maxima ? max_of(maxima + r * ldm, nb) : max_of(row, V);
+        out[r] = log_normalizer(row, V, top, inv_t[r]);
     }
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
@@ -945,15 +904,8 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
  * caller's torch softmax decides those. */
 static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "softmax_ takes 7 arguments");
-        return NULL;
-    }
     long long v[7];
-    for (int i = 0; i < 7; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (!int_args(args, nargs, 7, 7, "softmax_", v)) return NULL;
 #ifdef NATIVE_X86
     float *x = (float *)(intptr_t)v[0];
     const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[6];
@@ -965,15 +917,8 @@ static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize
     if (!tops) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
     for (int64_t r = 0; r < rows && finite; r++) { /* every row's max first: all or nothing */
-        const float *m = maxima ? maxima + r * ldm : x + r * ld;
-        const int64_t n = maxima ? nb : V;
-        float top = -INFINITY;
-        int nan = 0;
-        for (int64_t i = 0; i < n; i++) {
-            nan |= m[i] != m[i];
-            top = m[i] > top ? m[i] : top;
-        }
-        finite = !nan && top > -INFINITY && top < INFINITY;
+        const float top = maxima ? max_of(maxima + r * ldm, nb) : max_of(x + r * ld, V);
+        finite = top > -INFINITY && top < INFINITY; /* false for a NaN too */
         tops[r] = top;
     }
     for (int64_t r = 0; r < rows && finite; r++) softmax_row(x + r * ld, V, tops[r], inv_t[r]);
