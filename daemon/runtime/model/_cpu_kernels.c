@@ -693,6 +693,13 @@ static int cpu_ok(void)
 
 #endif /* NATIVE_X86 */
 
+/* The entry points' answer where the extension was built without the x86-64 kernels. */
+__attribute__((unused)) static PyObject *not_built(const char *name)
+{
+    PyErr_Format(PyExc_RuntimeError, "%s: built without x86-64 AVX2 support", name);
+    return NULL;
+}
+
 /* The first `count` of `total` arguments as integers into v; False (a Python error set) where
  * the number of arguments is wrong or one is not an integer. */
 static int int_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t total, int count,
@@ -765,8 +772,7 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError, "gemm: built without x86-64 AVX2 support");
-    return NULL;
+    return not_built("gemm");
 #endif
 }
 
@@ -789,8 +795,7 @@ static PyObject *rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError, "rmsnorm: built without x86-64 AVX2 support");
-    return NULL;
+    return not_built("rmsnorm");
 #endif
 }
 
@@ -824,8 +829,7 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
     free(scratch);
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError, "attention: built without x86-64 AVX2 support");
-    return NULL;
+    return not_built("attention");
 #endif
 }
 
@@ -863,8 +867,7 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
     free(bound);
     return PyBool_FromLong(clean);
 #else
-    PyErr_SetString(PyExc_RuntimeError, "gumbel_argmax: built without x86-64 AVX2 support");
-    return NULL;
+    return not_built("gumbel_argmax");
 #endif
 }
 
@@ -892,8 +895,7 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError, "log_normalizers: built without x86-64 AVX2 support");
-    return NULL;
+    return not_built("log_normalizers");
 #endif
 }
 
@@ -926,8 +928,7 @@ static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize
     free(tops);
     return PyBool_FromLong(finite);
 #else
-    PyErr_SetString(PyExc_RuntimeError, "softmax_: built without x86-64 AVX2 support");
-    return NULL;
+    return not_built("softmax_");
 #endif
 }
 

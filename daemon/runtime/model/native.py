@@ -10,6 +10,8 @@ import logging
 import os
 from types import ModuleType
 
+import torch
+
 logger = logging.getLogger(__name__)
 
 ABI_VERSION = 9  # what the wrappers call; the built module states its own
@@ -46,3 +48,13 @@ def enabled() -> bool:
     SPECCTL_NATIVE=0 (layers decide when they are built or packed, so one process can hold
     models of both kinds for a side-by-side measurement)."""
     return _module is not None and os.environ.get(DISABLE_ENV, "1") != "0"
+
+
+def for_rows(x: torch.Tensor) -> ModuleType | None:
+    """The module, where it is enabled and `x` is what its row kernels read: 2-D float32 rows
+    in CPU memory, each row's elements contiguous; else None."""
+    if not enabled() or x.device.type != "cpu" or x.dtype != torch.float32:
+        return None
+    if x.dim() != 2 or x.stride(-1) != 1:
+        return None
+    return _module

@@ -70,6 +70,12 @@ def held() -> int:
         return len(_entries)
 
 
+def lookup_rows(scores: torch.Tensor) -> torch.Tensor | None:
+    """`lookup`, where the maxima's rows are contiguous (what the C kernels read)."""
+    found = lookup(scores)
+    return found if found is None or found.stride(-1) == 1 else None
+
+
 def lookup(scores: torch.Tensor) -> torch.Tensor | None:
     """The block maxima [..., nb] of `scores` [..., V] when they are (a view of whole rows of)
     logits an LM head recorded, else None (the caller computes them)."""

@@ -358,16 +358,8 @@ def _native_search(
     its own and the C library's, so a value can differ from torch's in the last bits: only a
     near tie between two tokens' values, within that, could pick another token (the field
     is still a Gumbel field, and the verifier's pick from it an exact sample)."""
-    module = native.kernels()
-    if (
-        module is None
-        or not native.enabled()
-        or scores.device.type != "cpu"
-        or scores.dtype != torch.float32
-        or scores.dim() != 2
-        or scores.stride(-1) != 1
-        or BLOCK != block_maxima.BLOCK
-    ):
+    module = native.for_rows(scores)
+    if module is None or BLOCK != block_maxima.BLOCK:
         return None
     num_keys = keys.shape[0]
     rows = rows.to(torch.int64).contiguous()
@@ -378,9 +370,7 @@ def _native_search(
         scale = torch.ones(num_keys, dtype=torch.float64)
     else:
         scale = noise_scale.to(torch.float64).contiguous()
-    maxima = None if are_probs else block_maxima.lookup(scores)  # [R, nb] or None
-    if maxima is not None and maxima.stride(-1) != 1:
-        maxima = None
+    maxima = None if are_probs else block_maxima.lookup_rows(scores)  # [R, nb] or None
     out = torch.empty(num_keys, dtype=torch.int64)
     clean = module.gumbel_argmax(
         scores.data_ptr(),

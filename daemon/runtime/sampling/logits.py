@@ -68,16 +68,12 @@ def _native_softmax_(
     the LM head's block maxima where it left them), then scaled, where torch makes a division
     pass and three softmax passes over [N, V]. False (the logits untouched) where the kernels
     do not run or a row's max is not finite."""
-    module = native.kernels()
-    if module is None or not native.enabled() or logits.device.type != "cpu":
-        return False
-    if logits.dim() != 2 or not logits.numel():
+    module = native.for_rows(logits)
+    if module is None or not logits.numel():
         return False
     num_rows, vocab = logits.shape
     inverse = (1.0 / temperature.double()).contiguous()  # [N]
-    maxima = block_maxima.lookup(logits)  # [N, nb] or None
-    if maxima is not None and maxima.stride(-1) != 1:
-        maxima = None
+    maxima = block_maxima.lookup_rows(logits)  # [N, nb] or None
     return bool(
         module.softmax_(
             logits.data_ptr(),
@@ -180,22 +176,13 @@ def log_normalizers(
     temperature T, so that p_i = exp(logits_i / T - it). One read of the logits in C where
     the native kernels run (the row's max from the LM head's block maxima when it left
     them), against torch's division, max and exp-sum passes over [N, V]."""
-    module = native.kernels()
-    if (
-        module is None
-        or not native.enabled()
-        or logits.device.type != "cpu"
-        or logits.dtype != torch.float32
-        or logits.dim() != 2
-        or logits.stride(-1) != 1
-    ):
+    module = native.for_rows(logits)
+    if module is None:
         scaled = logits.double() / temperature.double().unsqueeze(-1)
         return torch.logsumexp(scaled, dim=-1)
     num_rows, vocab = logits.shape
     inverse = (1.0 / temperature.double()).contiguous()  # [N]
-    maxima = block_maxima.lookup(logits)  # [N, nb] or None
-    if maxima is not None and maxima.stride(-1) != 1:
-        maxima = None
+    maxima = block_maxima.lookup_rows(logits)  # [N, nb] or None
     out = torch.empty(num_rows, dtype=torch.float64)
     module.log_normalizers(
         logits.data_ptr(),
