@@ -25,6 +25,7 @@ def make_engine(
     backend: str = "auto",
     max_model_len: int | None = 256,
     dtype: str = "auto",
+    device: str = "cpu",
 ) -> SpecEngine:
     spec = EngineSpec(
         target=target,
@@ -32,6 +33,7 @@ def make_engine(
         ngram=ngram,
         backend=backend,
         dtype=dtype,
+        device=device,
         max_model_len=max_model_len,
         engine=EngineConfig(
             max_batch_size=batch,

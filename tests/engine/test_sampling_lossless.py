@@ -2,7 +2,8 @@
 
 End to end through the engine: thousands of seeded five-token requests on a 16-token
 vocabulary; the empirical joint distribution of (token 2, token 3) is compared with the exact
-one computed from the target's own logits by a chi-square test.
+one computed from the target's own logits by a chi-square test. Where a GPU is, the same
+test runs the engine there too (CUDA graphs, the compiled Triton kernel).
 """
 
 from pathlib import Path
@@ -24,6 +25,7 @@ VOCAB = 16
 NUM_SAMPLES = 6000
 BATCH = 128
 PROMPT = [3, 5, 7, 3, 5]  # repeats, so that n-gram lookup proposes "7" after "3 5"
+DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +123,15 @@ def assert_same_distribution(counts: torch.Tensor, exact: torch.Tensor) -> None:
     assert stat.pvalue > 1e-3, f"chi-square p = {stat.pvalue:.2e}"
 
 
-def _engine(pair: tuple[Path, Path], proposer: str, sparse_k: int) -> SpecEngine:
+def _engine(
+    pair: tuple[Path, Path], proposer: str, sparse_k: int, device: str = "cpu"
+) -> SpecEngine:
     target_dir, draft_dir = pair
-    target = load_model(target_dir, num_slots=BATCH)
+    target = load_model(target_dir, num_slots=BATCH, device=device)
     prop = (
-        DraftModelProposer(load_model(draft_dir, num_slots=BATCH), sparse_top_k=sparse_k)
+        DraftModelProposer(
+            load_model(draft_dir, num_slots=BATCH, device=device), sparse_top_k=sparse_k
+        )
         if proposer == "draft"
         else NgramProposer()
     )
@@ -135,6 +141,7 @@ def _engine(pair: tuple[Path, Path], proposer: str, sparse_k: int) -> SpecEngine
     return SpecEngine(target, prop, config)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     ("proposer", "sparse_k", "params"),
     [
@@ -154,8 +161,10 @@ def _engine(pair: tuple[Path, Path], proposer: str, sparse_k: int) -> SpecEngine
         "coupled-truncated-p",
     ],
 )
-def test_output_distribution_is_the_targets(pair, proposer: str, sparse_k: int, params) -> None:
-    engine = _engine(pair, proposer, sparse_k)
+def test_output_distribution_is_the_targets(
+    pair, proposer: str, sparse_k: int, params, device: str
+) -> None:
+    engine = _engine(pair, proposer, sparse_k, device)
     counts = sample_joint(engine, params)
     assert engine.stats.num_draft_tokens > 0  # speculation really happened
     assert engine.stats.num_accepted_tokens > 0

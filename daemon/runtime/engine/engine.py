@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from daemon.runtime.device import synchronize
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
 from daemon.runtime.engine.prefill import prefill
@@ -247,6 +248,7 @@ class SpecEngine:
             self.proposer.admit(
                 [s.slot for s in new], [list(s.request.prompt_token_ids) for s in new]
             )
+        synchronize(self.target.device)  # the drafter's prefill is queued, not yet done
         stats.prefill_time_s = time.perf_counter() - t0
         stats.num_prefill_seqs = len(new)
         stats.num_prefill_tokens = sum(s.num_prompt_tokens for s in new)

@@ -50,5 +50,5 @@ def sample_tokens(seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
     # draws every later token it decides alone (sampling/coupled_bonus.py)
     keys = field_keys([s.draft_seed for s in seqs], [len(s.token_ids) for s in seqs])
     sampled = gumbel_argmax(probs, keys, are_probs=True)
-    greedy = torch.tensor([p.is_greedy for p in params])
+    greedy = torch.tensor([p.is_greedy for p in params], device=probs.device)
     return torch.where(greedy, argmax_last(probs), sampled).tolist()

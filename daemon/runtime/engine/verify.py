@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from daemon.runtime.device import synchronize
 from daemon.runtime.engine.sequence import Sequence
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.protocol import CausalLM
@@ -38,6 +39,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
     start = time.perf_counter()
     logits = target.forward(batch)  # [B, T, V]
     assert logits is not None
+    synchronize(target.device)  # the pass's own time: the adaptive-k cost model learns it
     verify_time_s = time.perf_counter() - start
     max_k = max(num_draft, default=0)
     logits = logits[:, : max_k + 1]  # [B, K+1, V]

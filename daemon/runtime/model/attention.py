@@ -128,8 +128,9 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(
             stacked, k_ctx, v_ctx, attn_mask=meta.mask(self.window, group, q.dtype)
         )
-        # [R, H_kv, G * T, D] -> [R, H, T, D] -> [B, H, T, D]
-        return meta.from_span(out.view(-1, self.num_heads, chunk, self.head_dim))
+        # [R, H_kv, G * T, D] -> [R, H, T, D] -> [B, H, T, D]; reshape: CUDA's memory-efficient
+        # kernel returns a transposed (non-contiguous) output, which view cannot regroup
+        return meta.from_span(out.reshape(-1, self.num_heads, chunk, self.head_dim))
 
     def _grouped_attention(
         self, q: torch.Tensor, meta: ForwardMetadata, cache: KVCache

@@ -141,8 +141,8 @@ class DraftSampler:
         """The `num` (default num_alternatives) most likely tokens of each row [A, V] and their
         probabilities at the row's temperature (1 for greedy rows), best first."""
         num = min(num or self.num_alternatives, logits.shape[-1])
-        temps = torch.tensor([t if t > 0.0 else 1.0 for t in temperatures]).unsqueeze(-1)
-        scaled = logits / temps  # [A, V]
+        temps = torch.tensor([t if t > 0.0 else 1.0 for t in temperatures], device=logits.device)
+        scaled = logits / temps.unsqueeze(-1)  # [A, V]
         top, ids = top_k(scaled, num)  # [A, W]
         probs = (top - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
         return ids.tolist(), probs.tolist()
@@ -186,7 +186,7 @@ class DraftSampler:
         of the runners-up (the same noise, p near q), so they are the guesses for a
         correction. Rows whose every logit is -inf: empty."""
         num = min(num, logits.shape[-1])
-        temps = torch.tensor([k.temperature for k in keys])  # [A']
+        temps = torch.tensor([k.temperature for k in keys], device=logits.device)  # [A']
         field = field_keys([k.draft_seed for k in keys], [k.position for k in keys])
         picked = gumbel_topk(logits, field, num, noise_scale=temps)  # [A', num]
         scaled = logits / temps.unsqueeze(-1)  # [A', V] log q up to a constant per row
@@ -218,16 +218,20 @@ class DraftSampler:
         from) per row. q = softmax(logits / T) is never written out: its top S by the logits'
         order, their probabilities from the rows' log denominators (one read of the logits),
         and the tail's token by the Gumbel race on the logits at temperature T."""
-        temps = torch.tensor([k.temperature for k in keys])  # [A']
+        temps = torch.tensor([k.temperature for k in keys])  # [A'] on the host
+        on_device = temps.to(logits.device)
         vocab_size = logits.shape[-1]
         top_logits, ids = top_k(logits, min(self.sparse_top_k, vocab_size))  # [A', S]
-        # [A', S] q at the listed tokens, best first
+        # [A', S] q at the listed tokens, best first; the rest of the draw runs on the host
+        # (small tensors; no-ops on a CPU)
         top = (
-            (top_logits.double() / temps.double().unsqueeze(-1))
-            .sub_(log_normalizers(logits, temps).unsqueeze(-1))
+            (top_logits.double() / on_device.double().unsqueeze(-1))
+            .sub_(log_normalizers(logits, on_device).unsqueeze(-1))
             .exp_()
             .float()
+            .cpu()
         )
+        ids = ids.cpu()
         if self.sparse_mass < 1.0:  # list no more than it takes to cover sparse_mass
             top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
         counts, tails = quantize_with_tail(top)  # [A', S], [A'] int64: rows sum to 2^15
@@ -246,7 +250,7 @@ class DraftSampler:
             # argmax over U of (log q + G) = argmax over U of (logits + T G)
             picked[rows] = gumbel_argmax(
                 logits, tail_keys, listed, rows=rows, noise_scale=temps[rows]
-            )
+            ).cpu()
         out = []
         for r, (key, token) in enumerate(zip(keys, picked.tolist(), strict=True)):
             if token < 0:  # no unlisted token has any probability: any unlisted one will do

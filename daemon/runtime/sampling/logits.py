@@ -30,6 +30,8 @@ def process_logits(
     overwrite the logits. At a real vocabulary the logits of a verify pass are tens of MB,
     and a fresh buffer of that size costs more in page faults than the softmax itself."""
     _check_process_args(logits, temperature, top_k, top_p)
+    # the parameters are built on the host; the logits may be on a GPU
+    temperature, top_k, top_p = (t.to(logits.device) for t in (temperature, top_k, top_p))
     vocab_size = logits.shape[-1]
     # Greedy rows: temperature 1, so the softmax keeps the logits' order.
     temperature = torch.where(temperature == GREEDY_TEMPERATURE, 1.0, temperature)
@@ -178,7 +180,7 @@ def log_normalizers(
     them), against torch's division, max and exp-sum passes over [N, V]."""
     module = native.for_rows(logits)
     if module is None:
-        scaled = logits.double() / temperature.double().unsqueeze(-1)
+        scaled = logits.double() / temperature.to(logits.device, torch.float64).unsqueeze(-1)
         return torch.logsumexp(scaled, dim=-1)
     num_rows, vocab = logits.shape
     inverse = (1.0 / temperature.double()).contiguous()  # [N]
