@@ -48,6 +48,7 @@ class BenchConfig:
     threads: int | None = None  # torch intra-op threads (and vLLM's OMP threads)
     shape: str = "custom"  # "narrow" | "wide" | "custom": which cost-scaled target this is
     repeats: int = 3  # measured runs per specctl configuration (the median is reported)
+    device: str = "cpu"  # where specctl and transformers run ("cuda": vLLM's CPU peer is skipped)
 
 
 @dataclass(slots=True)
@@ -161,13 +162,15 @@ def peer_rows(cfg: BenchConfig, code: list[list[int]]) -> tuple[list[Row], list[
 
     runs: list[tuple[str, int, Callable[[], PeerResult]]] = [
         ("generate", 1, lambda: run_hf_generate(cfg.target, code, cfg.max_tokens,
-                                                             dtype=cfg.dtype)),
+                                                             dtype=cfg.dtype, device=cfg.device)),
         (f"assisted k={cfg.k}", 1, lambda: run_hf_assisted(
             cfg.target, cfg.draft, code, cfg.max_tokens, num_assistant_tokens=cfg.k,
-            dtype=cfg.dtype)),
+            dtype=cfg.dtype, device=cfg.device)),
     ]  # fmt: skip
     notes: list[str] = []
     ok, reason = vllm_available()
+    if ok and cfg.device != "cpu":
+        ok, reason = False, f"the vLLM peer is its CPU build; specctl ran on {cfg.device}"
     if ok:
         for conc in cfg.concurrencies:
             work = code if conc == 1 else repeat_to(code, conc)
@@ -218,7 +221,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
         # the vLLM peer inherits these: OpenMP threads, bound to as many cores
         os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{cfg.threads - 1}"
-    bench = SpecBench(cfg.target, cfg.draft, cfg.dtype, max(cfg.concurrencies))
+    bench = SpecBench(cfg.target, cfg.draft, cfg.dtype, max(cfg.concurrencies), cfg.device)
     sets = {"code": cfg.code_prompts, "prose": cfg.prose_prompts}
     prompt_sets = {
         name: tokenize(bench.tokenizer, load_prompt_texts(path)[: cfg.num_prompts])

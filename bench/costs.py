@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from daemon.runtime.device import synchronize
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.protocol import CausalLM
 
@@ -32,6 +33,7 @@ def forward_seconds(
         for _ in range(repeats + 2):
             start = time.perf_counter()
             model.forward(ForwardBatch(slots, chunk, [CONTEXT_LEN] * batch, LogitsMode.ALL))
+            synchronize(model.device)
             times.append(time.perf_counter() - start)
     for slot in slots:
         model.free_slot(slot)

@@ -16,6 +16,8 @@ def _fmt(value: float | None, spec: str) -> str:
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
     console = console or make_console()
     console.print(f"[bold]target shape[/bold] {report.get('shape_description', '')}")
+    device = report.get("config", {}).get("device", "cpu")
+    console.print(f"[bold]device[/bold] {device}")
     table = Table(title="specctl bench (greedy, EOS ignored, same prompts for every engine)")
     for col in (
         "engine",

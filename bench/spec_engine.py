@@ -70,13 +70,21 @@ class SpecBench:
     """Holds the loaded pair; `run` measures one configuration at one concurrency, `run_group`
     several side by side."""
 
-    def __init__(self, target_dir: Path, draft_dir: Path, dtype: str, max_batch: int) -> None:
+    def __init__(
+        self, target_dir: Path, draft_dir: Path, dtype: str, max_batch: int, device: str = "cpu"
+    ) -> None:
         self.tokenizer = load_tokenizer(target_dir)
         check_same_vocabulary(target_dir, draft_dir, self.tokenizer)
         self.eos = eos_token_ids(target_dir, self.tokenizer)
-        self.target: CausalLM = load_model(target_dir, dtype=dtype, num_slots=max_batch)
+        self.target: CausalLM = load_model(
+            target_dir, dtype=dtype, num_slots=max_batch, device=device
+        )
         self.draft: CausalLM = load_model(
-            draft_dir, dtype=dtype, num_slots=max_batch, max_model_len=self.target.max_model_len
+            draft_dir,
+            dtype=dtype,
+            num_slots=max_batch,
+            max_model_len=self.target.max_model_len,
+            device=device,
         )
 
     def engine(self, concurrency: int, k: int, adaptive: bool) -> SpecEngine:

@@ -272,9 +272,12 @@ def bench_command(
     repeats: int = typer.Option(
         3, "--repeats", help="Measured runs per specctl configuration; the median is reported."
     ),
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu or cuda: where specctl and transformers run."
+    ),
 ) -> None:
     from daemon.runtime.errors import SpecError
-    from specctl.commands.bench import default_config, run_bench_command
+    from specctl.commands.bench import check_bench_device, default_config, run_bench_command
 
     if shape not in ("narrow", "wide", "both"):
         fail(f"--shape must be narrow, wide or both, got {shape!r}")
@@ -284,11 +287,14 @@ def bench_command(
         fail(f"-k/--num-speculative-tokens must be >= 1, got {k}")
     if repeats < 1:
         fail(f"--repeats must be >= 1, got {repeats}")
+    problem = check_bench_device(device)
+    if problem:
+        fail(problem)
     try:
         cfg = default_config(out_dir, draft)
         cfg.num_prompts, cfg.max_tokens, cfg.k, cfg.peers = num_prompts, max_tokens, k, peers
         cfg.concurrencies, cfg.sweep_ks, cfg.threads = concurrencies, sweep_ks, threads
-        cfg.repeats = repeats
+        cfg.repeats, cfg.device = repeats, device
         run_bench_command(cfg, target, cost_ratio, shape)
     except SpecError as exc:
         fail(str(exc))

@@ -29,20 +29,24 @@ class _Timed:
     wall_s: float
 
 
-def load_causal_lm(path: str | Path, dtype: str | torch.dtype = "float32") -> Any:
-    """A transformers causal LM from a local checkpoint directory, in eval mode on CPU."""
+def load_causal_lm(
+    path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu"
+) -> Any:
+    """A transformers causal LM from a local checkpoint directory, in eval mode on `device`."""
     from transformers import AutoModelForCausalLM
 
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
-    return model.eval()
+    return model.to(device).eval()
 
 
-def _loaded(model: str | Path | torch.nn.Module, dtype: str | torch.dtype) -> tuple[Any, float]:
+def _loaded(
+    model: str | Path | torch.nn.Module, dtype: str | torch.dtype, device: str = "cpu"
+) -> tuple[Any, float]:
     start = time.perf_counter()
     if isinstance(model, torch.nn.Module):
         return model, 0.0
-    return load_causal_lm(model, dtype), time.perf_counter() - start
+    return load_causal_lm(model, dtype, device), time.perf_counter() - start
 
 
 def _generate_one(model: Any, prompt: Sequence[int], max_tokens: int, **kwargs: Any) -> list[int]:
@@ -100,9 +104,10 @@ def run_hf_generate(
     prompts_token_ids: Sequence[Sequence[int]],
     max_tokens: int,
     dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
 ) -> PeerResult:
     """Plain greedy `generate`, batch 1, every prompt in turn; `target` is a path or a model."""
-    model, load_s = _loaded(target, dtype)
+    model, load_s = _loaded(target, dtype, device)
     _warm_up(model, prompts_token_ids, max_tokens)
     timed = _timed_sequential(model, prompts_token_ids, max_tokens)
     return _result("hf-generate", timed, load_s, note=f"transformers greedy, {_dtype_of(model)}")
@@ -144,6 +149,7 @@ def run_hf_assisted(
     num_assistant_tokens: int,
     schedule: str = "constant",
     dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
 ) -> PeerResult:
     """Assisted generation (`generate(assistant_model=draft)`), greedy, batch 1, in turn.
 
@@ -152,8 +158,8 @@ def run_hf_assisted(
     draft forward. So accepted = generated - target forwards and proposed = draft forwards.
     A preloaded draft keeps the assistant settings written into its generation_config.
     """
-    target_model, target_load_s = _loaded(target, dtype)
-    draft_model, draft_load_s = _loaded(draft, dtype)
+    target_model, target_load_s = _loaded(target, dtype, device)
+    draft_model, draft_load_s = _loaded(draft, dtype, device)
     if draft_model is target_model:
         raise ValueError("draft and target are one module object: load the draft separately")
     _configure_assistant(draft_model, num_assistant_tokens, schedule)

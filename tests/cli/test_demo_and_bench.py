@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from specctl.demo_pair import demo_pair_dirs
 from tests.control.deployment_cli import APPLY_TIMEOUT_S, Cli, free_port, local_cluster_file
@@ -121,12 +122,21 @@ def test_bench_without_batch_1_reports_no_bound(tmp_path: Path) -> None:
         (["--ks", "0"], "--ks"),
         (["-k", "0"], "-k"),
         (["--repeats", "0"], "--repeats"),
+        (["--device", "tpu"], "--device must be one of cpu, cuda"),
     ],
 )
 def test_bench_rejects_bad_options(tmp_path: Path, args: list[str], option: str) -> None:
     proc = specctl("bench", *args, "--out", tmp_path, "--no-peers")
     assert proc.returncode == 2
     assert option in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_bench_on_cuda_without_a_gpu_says_so(tmp_path: Path) -> None:
+    proc = specctl("bench", "--device", "cuda", "--out", tmp_path, "--no-peers")
+    assert proc.returncode == 2
+    assert "--device cuda: torch sees no CUDA device here" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
