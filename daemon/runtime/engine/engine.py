@@ -11,6 +11,7 @@ import torch
 from daemon.runtime.device import synchronize
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
+from daemon.runtime.engine.graphs_ahead import capture_graphs_ahead
 from daemon.runtime.engine.prefill import prefill
 from daemon.runtime.engine.request import Request, RequestDelta, RequestOutput
 from daemon.runtime.engine.scheduler import Scheduler
@@ -80,6 +81,8 @@ class SpecEngine:
         self._request_ids: set[str] = set()
         self._ended_waiting: list[RequestDelta] = []  # aborted before they started
         self._admitting: list[Sequence] = []  # being prefilled (their slots are taken)
+        # before the first request: no sequence is live (capture writes placeholder K/V)
+        capture_graphs_ahead(target, proposer, config.max_batch_size, k)
         _freeze_startup_heap()
 
     # -- requests ---------------------------------------------------------------------------

@@ -25,10 +25,16 @@ buffers.
 
 On a CPU the static pass runs eagerly (`capture=False`): tests hold it to the ragged forward
 there. Graphs are captured only on a CUDA device, lazily on a shape's first use, all in one
-memory pool (graphs replay one at a time, in one stream).
+memory pool (graphs replay one at a time, in one stream). An engine captures the shapes its
+rounds will use before its first request (`capture_ahead`: every batch bucket up to its batch
+size, every verify length up to k + 1, context buckets up to AHEAD_MAX_CONTEXT), as vLLM and
+SGLang do: a capture costs a few passes, and one paid inside a round would stall it and be
+counted as that round's cost (the adaptive controller's samples). Longer contexts are still
+captured on first use.
 """
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +48,7 @@ MIN_CONTEXT = 256  # smallest bucket of attended cache positions
 DEFAULT_MAX_CHUNK = 16  # tokens per row up to which a pass is static (k <= 15)
 MAX_GRAPHS = 256  # shapes captured at most; past it, new shapes run eagerly
 WARMUP_RUNS = 2  # eager runs of a shape on a side stream before its capture
+AHEAD_MAX_CONTEXT = 2048  # context buckets captured ahead at most (longer: on first use)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +140,54 @@ class StaticPasses:
         inputs = self._inputs(batch, shape.batch)
         hidden = self._replay(shape, inputs) if self.capture else self._hidden(shape, inputs)
         return self.model.lm_head_logits(hidden[: batch.num_seqs])
+
+    def shapes_ahead(
+        self, max_batch: int, chunks: Iterable[int], last_only: bool
+    ) -> list[StaticShape]:
+        """The shapes of batches of up to `max_batch` rows of `chunks` tokens each, at the
+        context buckets up to AHEAD_MAX_CONTEXT."""
+        model = self.model
+        ceiling = max(model.num_slots, max_batch)
+        batches = sorted({bucket_up(n, 1, ceiling) for n in range(1, max_batch + 1)})
+        limit = min(model.max_model_len, AHEAD_MAX_CONTEXT)
+        contexts = sorted({bucket_up(min(2**e, limit), MIN_CONTEXT, model.max_model_len)
+                           for e in range(limit.bit_length() + 1)})  # fmt: skip
+        return [
+            StaticShape(batch, chunk, context, last_only)
+            for context in contexts
+            for batch in batches
+            for chunk in sorted(set(chunks))
+            if 1 <= chunk <= min(self.max_chunk, context)
+        ]
+
+    def capture_ahead(self, max_batch: int, chunks: Iterable[int], last_only: bool) -> int:
+        """Capture `shapes_ahead` not captured yet (up to MAX_GRAPHS), each from a pass of
+        placeholder tokens in slots 0.. at the end of its context bucket: its K/V land where
+        no sequence has reached (nothing reads a position before writing it), so this runs
+        only while no sequence is live, before an engine's first request. The number
+        captured; without graphs (`capture` False) nothing is done."""
+        if not self.capture:
+            return 0
+        captured = 0
+        for shape in self.shapes_ahead(max_batch, chunks, last_only):
+            if shape in self.graphs or len(self.graphs) >= MAX_GRAPHS:
+                continue
+            self.graphs[shape] = self._capture(shape, self.placeholder_inputs(shape))
+            captured += 1
+        return captured
+
+    def placeholder_inputs(self, shape: StaticShape) -> StaticInputs:
+        """Inputs of `shape`: token 0 in rows of slots 0..B-1, each chunk ending at the last
+        position of the context bucket (so that its longest row falls in that bucket)."""
+        start = shape.context - shape.chunk
+        batch = ForwardBatch(
+            slots=list(range(shape.batch)),
+            token_ids=[[0] * shape.chunk for _ in range(shape.batch)],
+            start_positions=[start] * shape.batch,
+            logits_mode=LogitsMode.LAST if shape.last_only else LogitsMode.ALL,
+        )
+        assert self.shape_of(batch) == shape, (self.shape_of(batch), shape)
+        return self._inputs(batch, shape.batch)
 
     # -- internals --------------------------------------------------------------------------
     def _inputs(self, batch: ForwardBatch, padded: int) -> StaticInputs:
