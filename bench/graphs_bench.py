@@ -18,6 +18,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from bench.arg_types import positive_int, positive_int_list
 from bench.costs import forward_seconds
 from bench.machine import describe_machine
 from bench.spec_engine import RunResult, RunSpec, SpecBench
@@ -117,22 +118,6 @@ def results_table(results: list[tuple[str, RunResult]], device: str) -> Table:
     return table
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(n) for n in text.split(",")]
-    except ValueError:
-        message = f"not a comma-separated list of integers: {text!r}"
-        raise argparse.ArgumentTypeError(message) from None
-    if min(values) < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return values
-
-
-def _positive(text: str) -> int:
-    (value,) = _int_list(text)
-    return value
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -142,12 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", type=Path, default=default_target)
     parser.add_argument("--draft", type=Path, default=default_draft)
     parser.add_argument("--prompts", type=Path, default=DEMO_PROMPTS_CODE)
-    parser.add_argument("--num-prompts", type=_positive, default=8)
-    parser.add_argument("--max-tokens", type=_positive, default=64)
-    parser.add_argument("-k", type=_positive, default=4)
-    parser.add_argument("--concurrency", type=_int_list, default=[1, 4, 16])
-    parser.add_argument("--repeats", type=_positive, default=3)
-    parser.add_argument("--threads", type=_positive, default=None)
+    parser.add_argument("--num-prompts", type=positive_int, default=8)
+    parser.add_argument("--max-tokens", type=positive_int, default=64)
+    parser.add_argument("-k", type=positive_int, default=4)
+    parser.add_argument("--concurrency", type=positive_int_list, default=[1, 4, 16])
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--threads", type=positive_int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():

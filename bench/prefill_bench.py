@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from bench.arg_types import positive_int, positive_int_list
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model import ForwardBatch, LogitsMode, load_model
 from specctl.demo_pair import require_demo_pair
@@ -41,35 +42,14 @@ def prefill_seconds(model_dir: Path, lengths: list[int], repeats: int) -> list[f
     return medians
 
 
-def _lengths(text: str) -> list[int]:
-    try:
-        lengths = [int(n) for n in text.split(",")]
-    except ValueError:
-        message = f"not a comma-separated list of integers: {text!r}"
-        raise argparse.ArgumentTypeError(message) from None
-    if not lengths or min(lengths) < 1:
-        raise argparse.ArgumentTypeError(f"prompt lengths must be >= 1, got {text!r}")
-    return lengths
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, default=None, help="Model dir (default: demo).")
     parser.add_argument(
-        "--lengths", type=_lengths, default=[147, 1000, 2000], help="Comma-separated."
+        "--lengths", type=positive_int_list, default=[147, 1000, 2000], help="Comma-separated."
     )
-    parser.add_argument("--repeats", type=_positive, default=3)
-    parser.add_argument("--threads", type=_positive, default=1)
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--threads", type=positive_int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     target = args.target or require_demo_pair()[0]
