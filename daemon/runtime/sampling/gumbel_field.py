@@ -163,7 +163,9 @@ def gumbel_argmax(
     restored."""
     if noise_scale is not None and are_probs:
         raise ValueError("noise_scale applies to raw scores (logits), not probabilities")
-    keys, excluded, rows, noise_scale = _on_device(scores, keys, excluded, rows, noise_scale)
+    # callers build keys, rows and masks on the host; the scores may be on a GPU
+    keys = keys.to(scores.device)
+    excluded, rows, noise_scale = (_on(scores, t) for t in (excluded, rows, noise_scale))
     num_keys = keys.shape[0]
     if rows is None:
         if scores.shape[0] != num_keys:
@@ -199,7 +201,7 @@ def gumbel_topk(
     num_keys, vocab_size = scores.shape
     if keys.shape[0] != num_keys:
         raise ValueError(f"{keys.shape[0]} keys for {num_keys} rows of scores")
-    keys, _, _, noise_scale = _on_device(scores, keys, None, None, noise_scale)
+    keys, noise_scale = keys.to(scores.device), _on(scores, noise_scale)
     if not 1 <= num <= vocab_size:
         raise ValueError(f"num must be in [1, vocab_size={vocab_size}], got {num}")
     device = scores.device
@@ -278,12 +280,9 @@ def gumbel_argmax_at(
     return gumbel_argmax(scores[seqs, positions], keys, excluded, are_probs=are_probs)
 
 
-def _on_device(
-    scores: torch.Tensor, *tensors: torch.Tensor | None
-) -> tuple[torch.Tensor | None, ...]:
-    """The search's keys, rows and masks on the scores' device (callers build them on the
-    host; the scores may be on a GPU)."""
-    return tuple(None if t is None else t.to(scores.device) for t in tensors)
+def _on(scores: torch.Tensor, tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """An optional argument on the scores' device."""
+    return None if tensor is None else tensor.to(scores.device)
 
 
 def _fill(are_probs: bool) -> float:
