@@ -130,15 +130,7 @@ def test_in_place_equals_the_fresh_softmax(
         got = process_logits(work, temps, no_k, no_p, inplace=True)
         assert got.data_ptr() == work.data_ptr()
         torch.testing.assert_close(got.double(), exact, rtol=5e-5, atol=1e-12)
-        # the logits' maxima are gone; the C kernel leaves the probabilities' own, exactly
-        known = block_maxima.lookup(work)
-        if native.for_rows(work) is None:
-            assert known is None
-        else:
-            blocks = -(-vocab // 64)
-            padded = F.pad(got, (0, blocks * 64 - vocab), value=-math.inf)
-            assert known is not None
-            assert torch.equal(known, padded.view(5, blocks, 64).amax(dim=-1))
+        assert block_maxima.lookup(work) is None
     block_maxima.clear()
 
 

@@ -52,7 +52,7 @@
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 10 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 9 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -653,53 +653,36 @@ __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x,
 }
 
 /* In place: x[i] = exp((x[i] - top) * inv_t) / sum over the row (a softmax at temperature
- * 1 / inv_t whose row max is top), the exps written in one pass, then scaled. omax (or NULL):
- * the max of every 64 outputs, found on the way (a scaled product is monotone in its
- * factor, so a whole block's max is its largest exp, scaled); the last partial block's from
- * what was written. */
+ * 1 / inv_t whose row max is top), the exps written in one pass, then scaled. */
 __attribute__((target("avx2,fma"))) static void softmax_row(float *x, int64_t V, float top,
-                                                           double inv_t, float *omax)
+                                                           double inv_t)
 {
     const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
     double total = 0.0;
     int64_t i = 0;
     for (; i + 64 <= V; i += 64) {
-        __m256 acc = _mm256_setzero_ps(), most = _mm256_setzero_ps();
+        __m256 acc = _mm256_setzero_ps();
         for (int j = 0; j < 64; j += 8) {
             const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vtop), vinv);
             const __m256 e = exp8(d);
             _mm256_storeu_ps(x + i + j, e);
             acc = _mm256_add_ps(acc, e);
-            most = _mm256_max_ps(most, e);
         }
         const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
                                            _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
         double lanes[4];
         _mm256_storeu_pd(lanes, wide);
         total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-        if (omax) {
-            float m[8];
-            _mm256_storeu_ps(m, most);
-            float top_e = m[0];
-            for (int q = 1; q < 8; q++) top_e = m[q] > top_e ? m[q] : top_e;
-            omax[i / 64] = top_e; /* scaled below */
-        }
     }
-    const int64_t whole = i;
     for (; i < V; i++) {
         x[i] = (float)exp(((double)x[i] - (double)top) * inv_t);
         total += x[i];
     }
-    const float scale_f = (float)(1.0 / total);
-    const __m256 scale = _mm256_set1_ps(scale_f);
+    const __m256 scale = _mm256_set1_ps((float)(1.0 / total));
     for (i = 0; i + 8 <= V; i += 8) {
         _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), scale));
     }
     for (; i < V; i++) x[i] = (float)(x[i] / total);
-    if (omax) {
-        for (int64_t b = 0; b < whole / 64; b++) omax[b] = omax[b] * scale_f;
-        if (whole < V) omax[whole / 64] = max_of(x + whole, V - whole);
-    }
 }
 
 static int cpu_ok(void)
@@ -916,22 +899,20 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
 #endif
 }
 
-/* softmax_(x_ptr, ld, rows, V, inv_temps_ptr, maxima_ptr, ldm, out_maxima_ptr, out_ldm):
- * each float32 row of x (ld floats apart) becomes softmax(x * inv_temps[r]) in place.
- * maxima_ptr 0: the rows' maxima are found here; else float32 block maxima of 64, row r at
- * maxima + r * ldm. out_maxima_ptr (0: none): the written rows' block maxima of 64, row r at
- * out_maxima + r * out_ldm. Returns False (nothing written) where a row's max is not finite
- * (a NaN, +inf, or no finite logit): the caller's torch softmax decides those. */
+/* softmax_(x_ptr, ld, rows, V, inv_temps_ptr, maxima_ptr, ldm): each float32 row of x (ld
+ * floats apart) becomes softmax(x * inv_temps[r]) in place. maxima_ptr 0: the rows' maxima
+ * are found here; else float32 block maxima of 64, row r at maxima + r * ldm. Returns False
+ * (nothing written) where a row's max is not finite (a NaN, +inf, or no finite logit): the
+ * caller's torch softmax decides those. */
 static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[9];
-    if (!int_args(args, nargs, 9, 9, "softmax_", v)) return NULL;
+    long long v[7];
+    if (!int_args(args, nargs, 7, 7, "softmax_", v)) return NULL;
 #ifdef NATIVE_X86
     float *x = (float *)(intptr_t)v[0];
-    const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[6], out_ldm = v[8];
+    const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[6];
     const double *inv_t = (const double *)(intptr_t)v[4];
     const float *maxima = (const float *)(intptr_t)v[5];
-    float *out_maxima = (float *)(intptr_t)v[7];
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
     int finite = 1;
     float *tops = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
@@ -942,9 +923,7 @@ static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize
         finite = top > -INFINITY && top < INFINITY; /* false for a NaN too */
         tops[r] = top;
     }
-    for (int64_t r = 0; r < rows && finite; r++) {
-        softmax_row(x + r * ld, V, tops[r], inv_t[r], out_maxima ? out_maxima + r * out_ldm : NULL);
-    }
+    for (int64_t r = 0; r < rows && finite; r++) softmax_row(x + r * ld, V, tops[r], inv_t[r]);
     Py_END_ALLOW_THREADS
     free(tops);
     return PyBool_FromLong(finite);
@@ -972,9 +951,8 @@ static PyMethodDef methods[] = {
      "log_normalizers(x, ld, rows, vocab, inv_temps, maxima, ldm, out): per row, log sum "
      "exp(x * inv_t) (a softmax's log denominator) into doubles."},
     {"softmax_", (PyCFunction)(void (*)(void))softmax_inplace, METH_FASTCALL,
-     "softmax_(x, ld, rows, vocab, inv_temps, maxima, ldm, out_maxima, out_ldm): rows of x "
-     "become softmax(x * inv_t) in place, their block maxima into out_maxima (0: none); False "
-     "(nothing written) where a row's max is not finite."},
+     "softmax_(x, ld, rows, vocab, inv_temps, maxima, ldm): rows of x become softmax(x * "
+     "inv_t) in place; False (nothing written) where a row's max is not finite."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,6 +41,7 @@ def process_logits(
     uses_top_p = top_p < TOP_P_OFF
     truncates = vocab_size > 0 and bool((uses_top_k | uses_top_p).any())
     if inplace and not truncates and _native_softmax_(logits, temperature):
+        block_maxima.forget(logits)  # their maxima no longer hold
         return logits
     if inplace:
         block_maxima.forget(logits)
@@ -67,20 +68,15 @@ def _native_softmax_(
 ) -> bool:
     """softmax(logits / T) in place in C: the exps written in one pass (each row's max from
     the LM head's block maxima where it left them), then scaled, where torch makes a division
-    pass and three softmax passes over [N, V]. The probabilities' own block maxima are found
-    on the way and kept in place of the logits' (block_maxima), so that the races over them
-    (the verifier's Gumbel draws) read one block per candidate instead of every row whole.
-    False (the logits untouched) where the kernels do not run or a row's max is not finite."""
+    pass and three softmax passes over [N, V]. False (the logits untouched) where the kernels
+    do not run or a row's max is not finite."""
     module = native.for_rows(logits)
     if module is None or not logits.numel():
         return False
     num_rows, vocab = logits.shape
     inverse = (1.0 / temperature.double()).contiguous()  # [N]
     maxima = block_maxima.lookup_rows(logits)  # [N, nb] or None
-    block_maxima.forget(logits)  # about to be overwritten (`maxima` is still ours)
-    # [N, nb] the probabilities' block maxima
-    out = torch.empty(num_rows, -(-vocab // block_maxima.BLOCK), dtype=torch.float32)
-    done = bool(
+    return bool(
         module.softmax_(
             logits.data_ptr(),
             vocab,
@@ -89,13 +85,8 @@ def _native_softmax_(
             inverse.data_ptr(),
             0 if maxima is None else maxima.data_ptr(),
             0 if maxima is None else maxima.stride(0),
-            out.data_ptr(),
-            out.stride(0),
         )
     )
-    if done:
-        block_maxima.remember(logits, out)
-    return done
 
 
 def apply_top_k_top_p(
