@@ -1,8 +1,9 @@
 """The engine on a GPU: decode and verify replayed from CUDA graphs, one per batch bucket and
 k bucket, with the same greedy tokens as eager passes and as target-only decoding.
 
-These run only where torch sees a CUDA device (`device` in the project's README: a lent GPU
-machine); CPU runs test the same static passes eagerly (tests/model/test_static_pass.py).
+These run only where torch sees a CUDA device (README, "On a GPU": `bench/gpu_checks.sh`
+runs them); CPU runs test the same static passes eagerly (tests/model/test_static_pass.py,
+tests/engine/test_graphs_ahead.py).
 """
 
 from pathlib import Path
