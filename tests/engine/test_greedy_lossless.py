@@ -79,3 +79,18 @@ def test_requests_join_and_leave(target_dir: Path, draft_dir: Path, prompts, ref
     for out, ref, n in zip(outputs, reference, lengths, strict=True):
         assert out.token_ids == ref[:n]
         assert out.finish_reason == "length"
+
+
+def test_a_vanishing_temperature_decodes_greedily(
+    target_dir: Path, draft_dir: Path, prompts, reference
+) -> None:
+    """T = 1e-154 (found by the server's fuzz test): greedy, where dividing the logits by it
+    once overflowed the drafter's probabilities into NaN."""
+    from daemon.runtime.engine.request import Request
+    from daemon.runtime.sampling.params import SamplingParams
+
+    engine = make_engine(target_dir, draft_dir, k=4)
+    params = SamplingParams(temperature=1.2249270320809242e-154, max_tokens=MAX_TOKENS,
+                            ignore_eos=True)  # fmt: skip
+    outputs = engine.generate(Request(f"r{i}", p, params) for i, p in enumerate(prompts[:4]))
+    assert _tokens(outputs) == reference[:4]

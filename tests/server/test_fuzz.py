@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from schemathesis.generation.modes import GenerationMode
 
@@ -162,6 +162,8 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: ServeProcess) -> None:
         database=None,
     )
     @given(drawn=_bodies())
+    # found by this test: a temperature too small to divide by (now greedy, params.py)
+    @example(drawn=("/v1/completions", {"prompt": "0", "temperature": 1.2249270320809242e-154}))
     def check(drawn: tuple[str, Any]) -> None:
         _post(fuzz_server, *drawn)
 

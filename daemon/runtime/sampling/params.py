@@ -6,11 +6,16 @@ from daemon.runtime.errors import RequestError
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_K = 2**31 - 1  # past any vocabulary; keeps top_k a machine integer
+# Temperatures below this sample greedily, as vLLM does: the distribution's limit as T -> 0
+# is the argmax, and dividing float32 logits by a smaller T overflows (a temperature of
+# 1e-154 once turned the drafter's probabilities into NaN and a request into a 500).
+MIN_TEMPERATURE = 1e-5
 
 
 @dataclass(slots=True)
 class SamplingParams:
-    """How one request samples. `temperature == 0` means greedy (argmax)."""
+    """How one request samples. `temperature == 0` means greedy (argmax); so does any
+    temperature below MIN_TEMPERATURE, which is stored as 0."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -25,6 +30,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 100.0:
             raise RequestError(f"temperature must be in [0, 100], got {self.temperature}")
+        if self.temperature < MIN_TEMPERATURE:
+            self.temperature = 0.0
         if not 0.0 < self.top_p <= 1.0:
             raise RequestError(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0 <= self.top_k <= MAX_TOP_K:
