@@ -2,6 +2,13 @@
 traceback."""
 
 import argparse
+from pathlib import Path
+
+import torch
+
+from specctl.demo_pair import DEMO_PROMPTS_CODE, demo_pair_dirs
+
+DEVICES = ("cpu", "cuda")
 
 
 def positive_int(text: str) -> int:
@@ -24,3 +31,20 @@ def positive_int_list(text: str) -> list[int]:
     if min(values) < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
     return values
+
+
+def device_problem(device: str) -> str | None:
+    """What is wrong with a `--device` value, or None."""
+    if device not in DEVICES:
+        return f"--device must be one of {', '.join(DEVICES)}, got {device!r}"
+    if device == "cuda" and not torch.cuda.is_available():
+        return "--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)"
+    return None
+
+
+def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    """--target, --draft (default: the demo pair) and --prompts (default: the code prompts)."""
+    default_target, default_draft = demo_pair_dirs()
+    parser.add_argument("--target", type=Path, default=default_target)
+    parser.add_argument("--draft", type=Path, default=default_draft)
+    parser.add_argument("--prompts", type=Path, default=DEMO_PROMPTS_CODE)

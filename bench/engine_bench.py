@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
+from bench.arg_types import add_pair_arguments
 from bench.spec_engine import RunResult, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
 from specctl.console import make_console
-from specctl.demo_pair import DEMO_PROMPTS_CODE, demo_pair_dirs
 
 
 def run_engine_bench(
@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    default_target, default_draft = demo_pair_dirs()
-    parser.add_argument("--target", type=Path, default=default_target)
-    parser.add_argument("--draft", type=Path, default=default_draft)
-    parser.add_argument("--prompts", type=Path, default=DEMO_PROMPTS_CODE)
+    add_pair_arguments(parser)
     parser.add_argument("--num-prompts", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)

@@ -18,7 +18,13 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bench.arg_types import positive_int, positive_int_list
+from bench.arg_types import (
+    DEVICES,
+    add_pair_arguments,
+    device_problem,
+    positive_int,
+    positive_int_list,
+)
 from bench.costs import forward_seconds
 from bench.machine import describe_machine
 from bench.spec_engine import RunResult, RunSpec, SpecBench
@@ -26,7 +32,6 @@ from bench.workload import load_prompt_texts, repeat_to, tokenize
 from daemon.runtime.errors import SpecError
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.protocol import CausalLM
-from specctl.demo_pair import DEMO_PROMPTS_CODE, demo_pair_dirs
 
 VARIANTS = ("static", "eager")
 
@@ -122,11 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    default_target, default_draft = demo_pair_dirs()
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
-    parser.add_argument("--target", type=Path, default=default_target)
-    parser.add_argument("--draft", type=Path, default=default_draft)
-    parser.add_argument("--prompts", type=Path, default=DEMO_PROMPTS_CODE)
+    parser.add_argument("--device", choices=DEVICES, default="cuda")
+    add_pair_arguments(parser)
     parser.add_argument("--num-prompts", type=positive_int, default=8)
     parser.add_argument("--max-tokens", type=positive_int, default=64)
     parser.add_argument("-k", type=positive_int, default=4)
@@ -135,8 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=positive_int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
     args = parser.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch sees no CUDA device here (try --device cpu)")
+    problem = device_problem(args.device)
+    if problem:
+        parser.error(problem)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:

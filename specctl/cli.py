@@ -276,8 +276,9 @@ def bench_command(
         "cpu", "--device", help="cpu or cuda: where specctl and transformers run."
     ),
 ) -> None:
+    from bench.arg_types import device_problem
     from daemon.runtime.errors import SpecError
-    from specctl.commands.bench import check_bench_device, default_config, run_bench_command
+    from specctl.commands.bench import default_config, run_bench_command
 
     if shape not in ("narrow", "wide", "both"):
         fail(f"--shape must be narrow, wide or both, got {shape!r}")
@@ -287,7 +288,7 @@ def bench_command(
         fail(f"-k/--num-speculative-tokens must be >= 1, got {k}")
     if repeats < 1:
         fail(f"--repeats must be >= 1, got {repeats}")
-    problem = check_bench_device(device)
+    problem = device_problem(device)
     if problem:
         fail(problem)
     try:

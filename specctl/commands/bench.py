@@ -91,18 +91,6 @@ def _load_cost_scale() -> ModuleType:
     return module
 
 
-BENCH_DEVICES = ("cpu", "cuda")
-
-
-def check_bench_device(device: str) -> str | None:
-    """What is wrong with `--device`, or None."""
-    if device not in BENCH_DEVICES:
-        return f"--device must be one of {', '.join(BENCH_DEVICES)}, got {device!r}"
-    if device == "cuda" and not torch.cuda.is_available():
-        return "--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)"
-    return None
-
-
 def run_bench_command(
     cfg: BenchConfig, target: Path | None, cost_ratio: float, shape: str = "both"
 ) -> None:

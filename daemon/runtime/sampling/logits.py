@@ -40,11 +40,11 @@ def process_logits(
     uses_top_k = (top_k > TOP_K_OFF) & (top_k < vocab_size)
     uses_top_p = top_p < TOP_P_OFF
     truncates = vocab_size > 0 and bool((uses_top_k | uses_top_p).any())
-    if inplace and not truncates and _native_softmax_(logits, temperature):
-        block_maxima.forget(logits)  # their maxima no longer hold
-        return logits
-    if inplace:
+    if inplace:  # the C softmax reads the logits' block maxima; after it they no longer hold
+        written = not truncates and _native_softmax_(logits, temperature)
         block_maxima.forget(logits)
+        if written:
+            return logits
     # logits made under inference mode may only be updated in place under it
     needs_mode = inplace and logits.is_inference() and not torch.is_inference_mode_enabled()
     with torch.inference_mode() if needs_mode else contextlib.nullcontext():
