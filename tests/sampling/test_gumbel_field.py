@@ -145,6 +145,36 @@ def test_many_blocks_entries_are_gumbel_and_gumbel_max_samples_across_them() -> 
     assert chi_square_p(cells[tokens], expected) > MIN_P_VALUE
 
 
+def test_superblocks_and_their_blocks_hold_independent_gumbel_maxima() -> None:
+    """The field is drawn top down (superblocks of SUPER blocks, then blocks, then entries): a
+    superblock's and a block's largest entries are Gumbel(log n), where the row's largest sits
+    is uniform over the tokens, and the maxima of neighbouring blocks and superblocks are
+    independent. 2 superblocks of 2,048 tokens and a third of one short block (37 tokens)."""
+    from daemon.runtime.sampling.gumbel_field import BLOCK, SUPER
+
+    span = SUPER * BLOCK
+    vocab = 2 * span + 37
+    draws = 2000
+    field = dense_field(field_keys(list(range(draws)), [17] * draws), vocab)  # [draws, V]
+    blocks = field[:, : 2 * span].reshape(draws, -1, BLOCK).amax(-1)  # [draws, 64] whole blocks
+    supers = field[:, : 2 * span].reshape(draws, 2, span).amax(-1)  # [draws, 2]
+    last = field[:, 2 * span :].amax(-1)  # [draws] the short block, its own superblock
+    # P(max of n Gumbel(0) <= log n) = exp(-1)
+    for maxima, n, tolerance in ((blocks, BLOCK, 0.005), (supers, span, 0.02), (last, 37, 0.03)):
+        share = float((maxima <= math.log(n)).double().mean())
+        assert abs(share - math.exp(-1)) < tolerance, (n, share)
+    # neighbouring blocks of one superblock, and the two superblocks: uncorrelated
+    for a, b in ((blocks[:, 0], blocks[:, 1]), (blocks[:, 31], blocks[:, 32]), supers.T):
+        assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 0.08
+    # the row's largest entry: in each superblock in proportion to its tokens, and anywhere
+    # within a block alike
+    where = field.argmax(-1)  # [draws]
+    cell = torch.clamp(where // span, max=2)
+    assert chi_square_p(cell, torch.tensor([span, span, 37.0]) / vocab) > MIN_P_VALUE
+    in_block = where[where < 2 * span] % BLOCK
+    assert chi_square_p(in_block // 8, torch.full((8,), 1 / 8)) > MIN_P_VALUE
+
+
 def test_scores_made_under_inference_mode_are_searched_and_restored() -> None:
     with torch.inference_mode():
         scores = torch.softmax(torch.randn(4, 300, generator=torch.Generator().manual_seed(8)), -1)

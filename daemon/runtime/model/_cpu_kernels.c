@@ -52,7 +52,7 @@
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 9 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 10 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -515,115 +515,358 @@ __attribute__((target("avx2,fma"))) static inline __m256d g_log4(__m256d x)
                          _mm256_sub_pd(_mm256_sub_pd(hfsq, inner), f));
 }
 
-#define G_LANES 4 /* vectors of 4 blocks worked on side by side: their chains overlap */
+#define G_SUPER 32 /* blocks per superblock (gumbel_field.SUPER) */
+static const uint64_t G_SUPER_SALT = 0x3C6EF372FE94F82BULL;
 
-/* The largest noise of whole blocks b .. b + 15: log 64 - log(-log u), into out */
-__attribute__((target("avx2,fma"))) static inline void g_block_max16(uint64_t key, int64_t b,
-                                                                     double *out)
+/* a place uniform in [0, n) from word w (gumbel_field._uniform_index) */
+static inline int64_t g_place(uint64_t w, int64_t n)
 {
-    __m256d x[G_LANES];
-    for (int q = 0; q < G_LANES; q++) {
-        const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(b + 4 * q + 1),
-                                               _mm256_set_epi64x(3, 2, 1, 0));
-        x[q] = g_uniform4(g_mix64x4(_mm256_add_epi64(_mm256_set1_epi64x((int64_t)key),
-                                                     g_mul64(index, G_GAMMA))));
-    }
-    for (int q = 0; q < G_LANES; q++) x[q] = _mm256_sub_pd(_mm256_setzero_pd(), g_log4(x[q]));
-    for (int q = 0; q < G_LANES; q++) {
-        _mm256_storeu_pd(out + b + 4 * q,
-                         _mm256_sub_pd(_mm256_set1_pd(log((double)G_BLOCK)), g_log4(x[q])));
+    const int64_t at = (int64_t)(g_uniform(g_mix64(w ^ G_ARGMAX_SALT)) * (double)n);
+    return at > n - 1 ? n - 1 : at;
+}
+
+/* max_of, and whether it was a NaN */
+__attribute__((target("avx2,fma"))) static inline float g_top(const float *x, int64_t n, int *nan)
+{
+    const float top = max_of(x, n);
+    *nan |= top != top;
+    return top;
+}
+
+/* A score as the value the noise is added to: log p for probabilities (log 0 = -inf) */
+static inline double g_score(float raw, int are_probs)
+{
+    if (!are_probs) return (double)raw;
+    return raw > 0.0f ? log((double)raw) : -INFINITY;
+}
+
+/* The search's state for one key: the best value and its token so far */
+typedef struct {
+    const float *scores; /* the row */
+    int64_t V;
+    uint64_t key;
+    double scale;
+    int are_probs;
+    double value;
+    int64_t token;
+} GRace;
+
+/* Offer one entry's value (ties: the lower token, the dense argmax's rule) */
+static inline void g_offer(GRace *g, double v, int64_t token)
+{
+    if (v > g->value || (v == g->value && token < g->token)) {
+        g->value = v;
+        g->token = token;
     }
 }
 
-/* argmax_i (scores_i + scale * G_i) over one row of V float32 scores for field key `key`:
- * the block with the best bound (its largest score + scale * its largest noise) expanded
- * first, then the entries of every block whose bound still beats the best value, those that
- * can. maxima: the row's block maxima (or NULL: computed here into best); bound, noise_max:
- * nb doubles of scratch each, best nb floats. are_probs: the scores are probabilities, log p
- * races. Returns the token (-1: every score -inf), or -2 where a NaN was seen (the caller's
- * torch search decides then). */
+/* Entries j0 .. j0 + 3 of block word w (largest noise m at a) whose raw float32 scores are sc
+ * (as doubles; -inf where none): each entry's value where its score can still win, offered.
+ * em = exp(-m). */
+__attribute__((target("avx2,fma"))) static void g_entries4(GRace *g, __m256d sc, uint64_t w,
+                                                           double m, double em, int64_t a,
+                                                           int64_t base, int64_t j0)
+{
+    /* an entry's noise is at most m: only a score past value - scale * m can win */
+    const __m256d floor4 = _mm256_set1_pd(g->value - g->scale * m);
+    const __m256d live = _mm256_cmp_pd(sc, floor4, _CMP_GT_OQ);
+    if (!_mm256_movemask_pd(live)) return;
+    const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(j0 + 1), _mm256_set_epi64x(3, 2, 1, 0));
+    const __m256i word = g_mix64x4(_mm256_add_epi64(
+        _mm256_set1_epi64x((int64_t)(w ^ G_ENTRY_SALT)), g_mul64(index, G_GAMMA)));
+    const __m256d e = _mm256_sub_pd(_mm256_setzero_pd(), g_log4(g_uniform4(word)));
+    const __m256d noise =
+        _mm256_sub_pd(_mm256_setzero_pd(), g_log4(_mm256_add_pd(_mm256_set1_pd(em), e)));
+    double v[4];
+    _mm256_storeu_pd(v, _mm256_add_pd(sc, _mm256_mul_pd(_mm256_set1_pd(g->scale), noise)));
+    const int mask = _mm256_movemask_pd(live);
+    for (int l = 0; l < 4; l++) {
+        if ((mask >> l & 1) && j0 + l != a) g_offer(g, v[l], base + j0 + l);
+    }
+}
+
+/* Block b (its word w, largest noise m at a): the entry holding m first (no log to draw it),
+ * whose value prunes the others, then those that can still win. Returns 0 on a NaN. */
+__attribute__((target("avx2,fma"))) static int g_block(GRace *g, int64_t b, uint64_t w,
+                                                      double m, int64_t a)
+{
+    const int64_t base = b * G_BLOCK;
+    const int64_t n = g->V - base < G_BLOCK ? g->V - base : G_BLOCK;
+    const float *row = g->scores + base;
+    if (row[a] != row[a]) return 0;
+    g_offer(g, g_score(row[a], g->are_probs) + g->scale * m, base + a);
+    const double em = exp(-m);
+    if (g->are_probs) { /* p past exp(value - scale m) (a little less, for rounding) can win */
+        double floor_p = exp(g->value - g->scale * m) * (1.0 - 1e-9);
+        for (int64_t j = 0; j < n; j++) {
+            const double raw = (double)row[j];
+            if (raw != raw) return 0;
+            if (j == a || !(raw > floor_p)) continue;
+            const double e = -log(g_uniform(g_mix64((w ^ G_ENTRY_SALT) + (uint64_t)(j + 1) * G_GAMMA)));
+            g_offer(g, log(raw) + g->scale * -log(em + e), base + j);
+            floor_p = exp(g->value - g->scale * m) * (1.0 - 1e-9);
+        }
+        return 1;
+    }
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const __m128 raw = _mm_loadu_ps(row + j);
+        if (_mm_movemask_ps(_mm_cmpunord_ps(raw, raw))) return 0;
+        g_entries4(g, _mm256_cvtps_pd(raw), w, m, em, a, base, j);
+    }
+    if (j < n) { /* the vocabulary's short last block */
+        double tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        for (int64_t l = 0; j + l < n; l++) {
+            if (row[j + l] != row[j + l]) return 0;
+            tail[l] = (double)row[j + l];
+        }
+        g_entries4(g, _mm256_loadu_pd(tail), w, m, em, a, base, j);
+    }
+    return 1;
+}
+
+/* Whole blocks list[0..3] of a superblock whose largest noise is ms (c = exp(-ms)): each
+ * one's largest noise log 64 - log(64 c + E_b), E_b = -log u(w_b), at most ms, into noise */
+__attribute__((target("avx2,fma"))) static inline void g_block_noise4(uint64_t key,
+                                                                     const int64_t *list,
+                                                                     double c, double ms,
+                                                                     double *noise)
+{
+    const __m256i index = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)list),
+                                           _mm256_set1_epi64x(1));
+    const __m256d u = g_uniform4(g_mix64x4(
+        _mm256_add_epi64(_mm256_set1_epi64x((int64_t)key), g_mul64(index, G_GAMMA))));
+    const __m256d n_c = _mm256_mul_pd(_mm256_set1_pd((double)G_BLOCK), _mm256_set1_pd(c));
+    const __m256d x = _mm256_add_pd(n_c, _mm256_sub_pd(_mm256_setzero_pd(), g_log4(u)));
+    const __m256d drawn = _mm256_sub_pd(_mm256_set1_pd(log((double)G_BLOCK)), g_log4(x));
+    double out[4];
+    _mm256_storeu_pd(out, _mm256_min_pd(drawn, _mm256_set1_pd(ms)));
+    for (int l = 0; l < 4; l++) noise[list[l]] = out[l];
+}
+
+/* gumbel_row's scratch in 8-byte words for nb blocks: 5 ns + 3 nb + G_SUPER, then nb
+ * floats */
+#define G_SCRATCH(nb) (5 * (((nb) + G_SUPER - 1) / G_SUPER) + 4 * (nb) + G_SUPER)
+
+/* A max-heap of (bound, item) pairs: the search looks at the best bound first */
+typedef struct {
+    double *bound;
+    int64_t *item;
+    int64_t size;
+} GHeap;
+
+static void g_push(GHeap *h, double bound, int64_t item)
+{
+    int64_t i = h->size++;
+    while (i > 0) {
+        const int64_t parent = (i - 1) / 2;
+        if (!(h->bound[parent] < bound)) break;
+        h->bound[i] = h->bound[parent];
+        h->item[i] = h->item[parent];
+        i = parent;
+    }
+    h->bound[i] = bound;
+    h->item[i] = item;
+}
+
+/* the pair (bound, item) sifted down from place i */
+static void g_sift_down(GHeap *h, int64_t i, double bound, int64_t item)
+{
+    for (;;) {
+        int64_t child = 2 * i + 1;
+        if (child >= h->size) break;
+        if (child + 1 < h->size && h->bound[child + 1] > h->bound[child]) child++;
+        if (!(h->bound[child] > bound)) break;
+        h->bound[i] = h->bound[child];
+        h->item[i] = h->item[child];
+        i = child;
+    }
+    h->bound[i] = bound;
+    h->item[i] = item;
+}
+
+static void g_pop(GHeap *h)
+{
+    h->size--;
+    g_sift_down(h, 0, h->bound[h->size], h->item[h->size]);
+}
+
+/* Superblock s (blocks b0 .. b1 - 1, largest noise ms): the blocks whose largest score could
+ * still win with noise ms (the most any of them has) get their largest noise drawn below ms
+ * into noise[b] (4 whole blocks at a time), the block holding the superblock's maximum
+ * (top_block) given ms; those whose bound (largest score in top[b] + scale * noise) still
+ * beats the best value go on the heap, but for block `done` (looked at already). The others'
+ * noise is never drawn: it cannot matter. list: G_SUPER int64s of scratch. */
+__attribute__((target("avx2,fma"))) static void g_super(GRace *g, GHeap *h, const float *top,
+                                                       int64_t s, double ms,
+                                                       int64_t top_block, int64_t done,
+                                                       double *noise, int64_t *list)
+{
+    const int64_t b0 = s * G_SUPER, nb = (g->V + G_BLOCK - 1) / G_BLOCK, whole = g->V / G_BLOCK;
+    const int64_t b1 = b0 + G_SUPER < nb ? b0 + G_SUPER : nb;
+    /* a block's largest score must pass value - scale * ms (raw: a probability, a little less
+     * for rounding) */
+    const double floor_score = g->value - g->scale * ms;
+    const double floor_raw =
+        g->are_probs ? exp(floor_score) * (1.0 - 1e-9) : floor_score - 1e-9 * fabs(floor_score);
+    int64_t num = 0;
+    for (int64_t b = b0; b < b1; b++) {
+        if ((double)top[b] > floor_raw && b != done && b != top_block && b < whole) list[num++] = b;
+    }
+    const double c = exp(-ms);
+    int64_t i = 0;
+    for (; i + 4 <= num; i += 4) g_block_noise4(g->key, list + i, c, ms, noise);
+    for (; i < num; i++) { /* one to three left */
+        const int64_t b = list[i];
+        const double e = -log(g_uniform(g_mix64(g->key + (uint64_t)(b + 1) * G_GAMMA)));
+        const double drawn = log((double)G_BLOCK) - log((double)G_BLOCK * c + e);
+        noise[b] = drawn < ms ? drawn : ms;
+    }
+    /* the top block and the vocabulary's short last block, where they can win */
+    if ((double)top[top_block] > floor_raw && top_block != done) {
+        noise[top_block] = ms;
+        list[num++] = top_block;
+    }
+    if (b1 == nb && whole < nb && nb - 1 != top_block && nb - 1 != done &&
+        (double)top[nb - 1] > floor_raw) {
+        const double n = (double)(g->V - whole * G_BLOCK);
+        const double e = -log(g_uniform(g_mix64(g->key + (uint64_t)nb * G_GAMMA)));
+        const double drawn = log(n) - log(n * c + e);
+        noise[nb - 1] = drawn < ms ? drawn : ms;
+        list[num++] = nb - 1;
+    }
+    for (i = 0; i < num; i++) {
+        const int64_t b = list[i];
+        const double bound = g_score(top[b], g->are_probs) + g->scale * noise[b];
+        if (bound > g->value) g_push(h, bound, b);
+    }
+}
+
+/* Superblock s's word, where its maximum sits (a token of it) and its size in tokens */
+static inline uint64_t g_super_word(uint64_t key, int64_t s)
+{
+    return g_mix64((key ^ G_SUPER_SALT) + (uint64_t)(s + 1) * G_GAMMA);
+}
+
+static inline int64_t g_super_size(int64_t s, int64_t nb, int64_t V)
+{
+    const int64_t b1 = (s + 1) * G_SUPER < nb ? (s + 1) * G_SUPER : nb;
+    return (b1 == nb ? V : b1 * G_BLOCK) - s * G_SUPER * G_BLOCK;
+}
+
+/* Block b of superblock s (largest noise ms, its maximum at token t of it): b's largest noise
+ * and where it sits (g_super's and gumbel_field's rule) */
+static double g_one_block(uint64_t key, int64_t b, int64_t V, double ms, int64_t t, int64_t *a)
+{
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK, b0 = b / G_SUPER * G_SUPER;
+    const int64_t n = b < nb - 1 ? G_BLOCK : V - b * G_BLOCK;
+    const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
+    if (b == b0 + t / G_BLOCK) {
+        *a = t % G_BLOCK;
+        return ms;
+    }
+    *a = g_place(w, n);
+    const double e = -log(g_uniform(w));
+    const double drawn = log((double)n) - log((double)n * exp(-ms) + e);
+    return drawn < ms ? drawn : ms;
+}
+
+/* argmax_i (scores_i + scale * G_i) over one row of V float32 scores for field key `key`
+ * (gumbel_field.py), best first by bound (a largest score + scale * a largest noise). The
+ * block with the largest score is looked at first: its value, usually near the answer's,
+ * rules most of the rest out. Then a heap of what can still win, superblocks at first, the
+ * best taken off while its bound beats the best value: a superblock draws its blocks' noise
+ * and puts those that can win on the heap, a block has its entries that can win looked at.
+ * Only what holds a bound past the answer is drawn. maxima: the row's block maxima (or
+ * NULL: computed here); scratch: G_SCRATCH(nb) 8-byte words. are_probs: the scores are
+ * probabilities, log p races. Returns the token (-1: every score -inf), or -2 where a NaN
+ * was seen (the caller's torch
+ * search decides then). */
 __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *scores, int64_t V,
                                                              const float *maxima, uint64_t key,
                                                              double scale, int are_probs,
-                                                             double *bound, double *noise_max,
-                                                             float *best)
+                                                             double *scratch)
 {
-    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK, whole = V / G_BLOCK;
-    int64_t b = 0;
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK, ns = (nb + G_SUPER - 1) / G_SUPER;
+    float *best = (float *)(scratch + G_SCRATCH(nb) - nb);
+    int nan = 0;
     if (!maxima) {
-        for (b = 0; b < nb; b++) {
-            best[b] = max_of(scores + b * G_BLOCK, b < whole ? G_BLOCK : V - b * G_BLOCK);
+        for (int64_t b = 0; b < nb; b++) {
+            best[b] = g_top(scores + b * G_BLOCK, b < nb - 1 ? G_BLOCK : V - b * G_BLOCK, &nan);
         }
         maxima = best;
     }
-    /* each block's largest noise, 4 whole blocks at a time, then the bounds */
-    int nan = 0;
-    const int64_t start = whole - whole % (4 * G_LANES);
-    for (b = whole; b < nb; b++) { /* the partial block */
-        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
-        noise_max[b] = log((double)(V - b * G_BLOCK)) - log(-log(g_uniform(w)));
+    /* scratch: super_max, super_bound [ns] each, noise [nb], the heap's bounds and items
+     * [ns + nb] each, top_block [ns], list [G_SUPER] */
+    double *super_max = scratch, *super_bound = scratch + ns, *noise = scratch + 2 * ns;
+    GHeap h = {noise + nb, (int64_t *)(noise + nb + ns + nb), 0};
+    int64_t *top_block = h.item + ns + nb, *list = top_block + ns;
+    GRace g = {scores, V, key, scale, are_probs, -INFINITY, -1};
+    int64_t s = 0, top_super = 0;
+    for (; s + 4 <= ns; s += 4) { /* log n_s - log(-log u(W_s)), 4 at a time */
+        const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(s + 1),
+                                               _mm256_set_epi64x(3, 2, 1, 0));
+        const __m256i word = g_mix64x4(_mm256_add_epi64(
+            _mm256_set1_epi64x((int64_t)(key ^ G_SUPER_SALT)), g_mul64(index, G_GAMMA)));
+        const __m256d e = _mm256_sub_pd(_mm256_setzero_pd(), g_log4(g_uniform4(word)));
+        const __m256d n = _mm256_set_pd(
+            (double)g_super_size(s + 3, nb, V), (double)g_super_size(s + 2, nb, V),
+            (double)g_super_size(s + 1, nb, V), (double)g_super_size(s, nb, V));
+        _mm256_storeu_pd(super_max + s, _mm256_sub_pd(g_log4(n), g_log4(e)));
     }
-    for (b = start; b < whole; b++) {
-        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
-        noise_max[b] = log((double)G_BLOCK) - log(-log(g_uniform(w)));
+    for (; s < ns; s++) {
+        super_max[s] = log((double)g_super_size(s, nb, V)) -
+                       log(-log(g_uniform(g_super_word(key, s))));
     }
-    for (b = 0; b < start; b += 4 * G_LANES) g_block_max16(key, b, noise_max);
-    if (are_probs) { /* the blocks' largest log p, 4 at a time (log 0 = -inf) */
-        for (b = 0; b + 4 <= nb; b += 4) {
-            const __m256d top = _mm256_cvtps_pd(_mm_loadu_ps(maxima + b));
-            const __m256d positive = _mm256_cmp_pd(top, _mm256_setzero_pd(), _CMP_GT_OQ);
-            _mm256_storeu_pd(bound + b, _mm256_blendv_pd(_mm256_set1_pd(-INFINITY),
-                                                         g_log4(top), positive));
+    float top_score = -INFINITY;
+    for (s = 0; s < ns; s++) { /* each superblock's largest score and bound */
+        const int64_t b0 = s * G_SUPER, b1 = b0 + G_SUPER < nb ? b0 + G_SUPER : nb;
+        const float top = g_top(maxima + b0, b1 - b0, &nan);
+        if (top > top_score) {
+            top_score = top;
+            top_super = s;
         }
-        for (; b < nb; b++) bound[b] = maxima[b] > 0.0f ? log((double)maxima[b]) : -INFINITY;
-    }
-    int64_t first = 0;
-    double top_bound = -INFINITY;
-    for (b = 0; b < nb; b++) {
-        const float top = maxima[b];
-        nan |= top != top;
-        bound[b] = (are_probs ? bound[b] : (double)top) + scale * noise_max[b];
-        if (bound[b] > top_bound) {
-            top_bound = bound[b];
-            first = b;
-        }
+        super_bound[s] = g_score(top, are_probs) + scale * super_max[s];
     }
     if (nan) return -2;
-    double value = -INFINITY;
-    int64_t token = -1;
-    /* the first block, then the others in order (a block is looked at when it can still win) */
-    for (int64_t step = 0; step <= nb; step++) {
-        b = step == 0 ? first : step - 1;
-        if ((step > 0 && b == first) || !(bound[b] > value)) continue;
-        const int64_t n = b < whole ? G_BLOCK : V - b * G_BLOCK;
-        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
-        const double m = noise_max[b];
-        int64_t a = (int64_t)(g_uniform(g_mix64(w ^ G_ARGMAX_SALT)) * (double)n);
-        if (a > n - 1) a = n - 1;
-        const float *row = scores + b * G_BLOCK;
-        /* probabilities: the score is log p, and p past exp(value - scale m) (a little less, for
-         * rounding) is what can win */
-        double floor_p = are_probs ? exp(value - scale * m) * (1.0 - 1e-9) : 0.0;
-        /* the entry holding the block's largest noise first (no log to draw it): its value
-         * prunes the others, which only a larger score can beat by then */
-        for (int64_t step_j = -1; step_j < n; step_j++) {
-            const int64_t j = step_j < 0 ? a : step_j;
-            if (step_j == a) continue;
-            const double raw = (double)row[j];
-            if (raw != raw) return -2;
-            if (are_probs && !(raw > floor_p)) continue;
-            const double score = are_probs ? log(raw) : raw;
-            /* an entry's noise is at most m: only a score past value - scale * m can win */
-            if (!(score + scale * m > value)) continue;
-            const double v = score + scale * g_entry(w, m, a, j);
-            if (v > value || (v == value && b * G_BLOCK + j < token)) {
-                value = v;
-                token = b * G_BLOCK + j;
-                if (are_probs) floor_p = exp(value - scale * m) * (1.0 - 1e-9);
-            }
-        }
+    int64_t done = -1;
+    if (top_score > -INFINITY && !(are_probs && top_score <= 0.0f)) {
+        /* the block with the largest score first */
+        const int64_t b0 = top_super * G_SUPER, b1 = b0 + G_SUPER < nb ? b0 + G_SUPER : nb;
+        done = b0;
+        for (int64_t b = b0; b < b1; b++) done = maxima[b] > maxima[done] ? b : done;
+        const int64_t t = g_place(g_super_word(key, top_super), g_super_size(top_super, nb, V));
+        int64_t a;
+        const double m = g_one_block(key, done, V, super_max[top_super], t, &a);
+        if (!g_block(&g, done, g_mix64(key + (uint64_t)(done + 1) * G_GAMMA), m, a)) return -2;
     }
-    return value > -INFINITY ? token : -1;
+    /* the superblocks that can still win on the heap (items -1 - s), heapified */
+    for (s = 0; s < ns; s++) {
+        if (!(super_bound[s] > g.value)) continue;
+        h.bound[h.size] = super_bound[s];
+        h.item[h.size++] = -1 - s;
+    }
+    for (int64_t i = h.size / 2 - 1; i >= 0; i--) g_sift_down(&h, i, h.bound[i], h.item[i]);
+    /* then the best of them while it can win: a superblock draws its blocks' noise and puts
+     * those that can win on the heap, a block has its entries that can win looked at */
+    while (h.size && h.bound[0] > g.value) {
+        const int64_t item = h.item[0];
+        g_pop(&h);
+        if (item < 0) {
+            s = -1 - item;
+            const int64_t t = g_place(g_super_word(key, s), g_super_size(s, nb, V));
+            top_block[s] = t;
+            g_super(&g, &h, maxima, s, super_max[s], s * G_SUPER + t / G_BLOCK, done, noise,
+                    list);
+            continue;
+        }
+        const int64_t b = item, t = top_block[b / G_SUPER];
+        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
+        const int64_t n = b < nb - 1 ? G_BLOCK : V - b * G_BLOCK;
+        const int64_t a = b == b / G_SUPER * G_SUPER + t / G_BLOCK ? t % G_BLOCK : g_place(w, n);
+        if (!g_block(&g, b, w, noise[b], a)) return -2;
+    }
+    return g.value > -INFINITY ? g.token : -1;
 }
 
 /* log sum_i exp(x_i * inv_t) of one row of V floats whose max is top: top * inv_t +
@@ -852,19 +1095,18 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
     const float *maxima = (const float *)(intptr_t)v[6];
     int64_t *out = (int64_t *)(intptr_t)v[9];
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
-    double *bound = malloc((size_t)(nb > 0 ? 3 * nb : 1) * sizeof(double));
-    if (!bound) return PyErr_NoMemory();
+    double *scratch = malloc((size_t)(G_SCRATCH(nb) + 1) * sizeof(double));
+    if (!scratch) return PyErr_NoMemory();
     int clean = 1;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < num && clean; i++) {
         const int64_t r = rows[i];
         out[i] = gumbel_row(scores + r * ld, V, maxima ? maxima + r * ldm : NULL,
-                            (uint64_t)keys[i], scales[i], v[10] != 0, bound, bound + nb,
-                            (float *)(bound + 2 * nb));
+                            (uint64_t)keys[i], scales[i], v[10] != 0, scratch);
         clean = out[i] != -2;
     }
     Py_END_ALLOW_THREADS
-    free(bound);
+    free(scratch);
     return PyBool_FromLong(clean);
 #else
     return not_built("gumbel_argmax");
