@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax, gumbel_topk
@@ -74,19 +75,30 @@ def test_only_the_newest_slots_are_kept() -> None:
     assert all(block_maxima.lookup(t) is not None for t in tensors[1:])
 
 
-def test_in_place_softmax_forgets_them() -> None:
-    """process_logits overwrites its logits with probabilities: the maxima must go with them
-    (a greedy argmax or a top-k over the probabilities would otherwise use logit maxima)."""
-    logits = _recorded(torch.randn(3, 5 * BLOCK))
-    probs = process_logits(
-        logits,
-        torch.full((3,), 0.7),
-        torch.zeros(3, dtype=torch.long),
-        torch.ones(3),
-        inplace=True,
-    )
-    assert probs.data_ptr() == logits.data_ptr()
-    assert block_maxima.lookup(probs) is None
+@pytest.mark.parametrize("vocab", [5 * BLOCK, 5 * BLOCK + 17])
+def test_in_place_softmax_leaves_the_probabilities_maxima(
+    monkeypatch: pytest.MonkeyPatch, vocab: int
+) -> None:
+    """process_logits overwrites its logits with probabilities: the logits' maxima must go
+    with them (a greedy argmax or a top-k over the probabilities would otherwise use logit
+    maxima). The C softmax leaves the probabilities' own block maxima instead, exactly; the
+    torch softmax (native kernels off, or a truncating row) leaves none."""
+    for native_on, k in ((True, 0), (False, 0), (True, 3)):
+        monkeypatch.setenv(native.DISABLE_ENV, "1" if native_on else "0")
+        logits = _recorded(torch.randn(3, vocab))
+        probs = process_logits(
+            logits,
+            torch.full((3,), 0.7),
+            torch.full((3,), k, dtype=torch.long),
+            torch.ones(3),
+            inplace=True,
+        )
+        assert k or probs.data_ptr() == logits.data_ptr()
+        found = block_maxima.lookup(probs)
+        if native_on and k == 0 and native.kernels() is not None:
+            assert found is not None and torch.equal(found, _maxima(probs))
+        else:
+            assert found is None and block_maxima.lookup(logits) is None
 
 
 def test_argmax_from_maxima_first_maximum_and_nan() -> None:

@@ -111,7 +111,12 @@ def test_probabilities_race_their_logs(monkeypatch: pytest.MonkeyPatch, vocab: i
     assert picked[3] == -1
     assert vocab == 1 or picked[5] >= vocab // 2
     excluded = picked.view(12, 1).clamp(min=0)
-    _both(monkeypatch, probs, keys, excluded, are_probs=True)
+    without = _both(monkeypatch, probs, keys, excluded, are_probs=True)
+    # with the probabilities' block maxima (what the C softmax leaves): the same tokens
+    _record_maxima(probs)
+    assert torch.equal(_both(monkeypatch, probs, keys, are_probs=True), picked)
+    assert torch.equal(_both(monkeypatch, probs, keys, excluded, are_probs=True), without)
+    block_maxima.clear()
     if vocab <= 64 * 37 + 5:
         dense = probs.double().log() + dense_field(keys, vocab)
         expected = torch.where(dense.amax(-1) > -math.inf, dense.argmax(-1), -1)

@@ -560,33 +560,26 @@ static inline void g_offer(GRace *g, double v, int64_t token)
     }
 }
 
-/* Entries j0 .. j0 + 3 of block word w (largest noise m at a) whose raw float32 scores are sc
- * (as doubles; -inf where none): each entry's value where its score can still win, offered.
- * em = exp(-m). */
-__attribute__((target("avx2,fma"))) static void g_entries4(GRace *g, __m256d sc, uint64_t w,
-                                                           double m, double em, int64_t a,
-                                                           int64_t base, int64_t j0)
+/* The values sc + scale * noise of entries j0 .. j0 + 3 of block word w (largest noise m,
+ * em = exp(-m)) whose raw scores are sc, into v */
+__attribute__((target("avx2,fma"))) static inline void g_values4(__m256d sc, uint64_t w,
+                                                                double em, double scale,
+                                                                int64_t j0, double *v)
 {
-    /* an entry's noise is at most m: only a score past value - scale * m can win */
-    const __m256d floor4 = _mm256_set1_pd(g->value - g->scale * m);
-    const __m256d live = _mm256_cmp_pd(sc, floor4, _CMP_GT_OQ);
-    if (!_mm256_movemask_pd(live)) return;
-    const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(j0 + 1), _mm256_set_epi64x(3, 2, 1, 0));
+    const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(j0 + 1),
+                                           _mm256_set_epi64x(3, 2, 1, 0));
     const __m256i word = g_mix64x4(_mm256_add_epi64(
         _mm256_set1_epi64x((int64_t)(w ^ G_ENTRY_SALT)), g_mul64(index, G_GAMMA)));
     const __m256d e = _mm256_sub_pd(_mm256_setzero_pd(), g_log4(g_uniform4(word)));
     const __m256d noise =
         _mm256_sub_pd(_mm256_setzero_pd(), g_log4(_mm256_add_pd(_mm256_set1_pd(em), e)));
-    double v[4];
-    _mm256_storeu_pd(v, _mm256_add_pd(sc, _mm256_mul_pd(_mm256_set1_pd(g->scale), noise)));
-    const int mask = _mm256_movemask_pd(live);
-    for (int l = 0; l < 4; l++) {
-        if ((mask >> l & 1) && j0 + l != a) g_offer(g, v[l], base + j0 + l);
-    }
+    _mm256_storeu_pd(v, _mm256_add_pd(sc, _mm256_mul_pd(_mm256_set1_pd(scale), noise)));
 }
 
 /* Block b (its word w, largest noise m at a): the entry holding m first (no log to draw it),
- * whose value prunes the others, then those that can still win. Returns 0 on a NaN. */
+ * whose value prunes the others, then those that can still win. Raw scores: which groups of 4
+ * entries can win is decided against the value at that point, then their noise is drawn with
+ * no step waiting on another's, then they are offered. Returns 0 on a NaN. */
 __attribute__((target("avx2,fma"))) static int g_block(GRace *g, int64_t b, uint64_t w,
                                                       double m, int64_t a)
 {
@@ -602,25 +595,47 @@ __attribute__((target("avx2,fma"))) static int g_block(GRace *g, int64_t b, uint
             const double raw = (double)row[j];
             if (raw != raw) return 0;
             if (j == a || !(raw > floor_p)) continue;
-            const double e = -log(g_uniform(g_mix64((w ^ G_ENTRY_SALT) + (uint64_t)(j + 1) * G_GAMMA)));
+            const double e =
+                -log(g_uniform(g_mix64((w ^ G_ENTRY_SALT) + (uint64_t)(j + 1) * G_GAMMA)));
             g_offer(g, log(raw) + g->scale * -log(em + e), base + j);
             floor_p = exp(g->value - g->scale * m) * (1.0 - 1e-9);
         }
         return 1;
     }
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const __m128 raw = _mm_loadu_ps(row + j);
-        if (_mm_movemask_ps(_mm_cmpunord_ps(raw, raw))) return 0;
-        g_entries4(g, _mm256_cvtps_pd(raw), w, m, em, a, base, j);
-    }
-    if (j < n) { /* the vocabulary's short last block */
-        double tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-        for (int64_t l = 0; j + l < n; l++) {
-            if (row[j + l] != row[j + l]) return 0;
-            tail[l] = (double)row[j + l];
+    /* an entry's noise is at most m: only a score past value - scale * m can win */
+    const __m256d floor4 = _mm256_set1_pd(g->value - g->scale * m);
+    double sc[G_BLOCK], v[G_BLOCK];
+    int mask[G_BLOCK / 4], live[G_BLOCK / 4], num_live = 0;
+    for (int64_t q = 0; 4 * q < n; q++) {
+        __m256d x;
+        if (4 * q + 4 <= n) {
+            const __m128 raw = _mm_loadu_ps(row + 4 * q);
+            if (_mm_movemask_ps(_mm_cmpunord_ps(raw, raw))) return 0;
+            x = _mm256_cvtps_pd(raw);
+        } else { /* the vocabulary's short last block */
+            double tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            for (int64_t l = 0; 4 * q + l < n; l++) {
+                if (row[4 * q + l] != row[4 * q + l]) return 0;
+                tail[l] = (double)row[4 * q + l];
+            }
+            x = _mm256_loadu_pd(tail);
         }
-        g_entries4(g, _mm256_loadu_pd(tail), w, m, em, a, base, j);
+        int bits = _mm256_movemask_pd(_mm256_cmp_pd(x, floor4, _CMP_GT_OQ));
+        if (a / 4 == q) bits &= ~(1 << (a % 4)); /* offered already */
+        if (!bits) continue;
+        _mm256_storeu_pd(sc + 4 * q, x);
+        mask[num_live] = bits;
+        live[num_live++] = (int)q;
+    }
+    for (int i = 0; i < num_live; i++) {
+        const int q = live[i];
+        g_values4(_mm256_loadu_pd(sc + 4 * q), w, em, g->scale, 4 * q, v + 4 * q);
+    }
+    for (int i = 0; i < num_live; i++) {
+        for (int l = 0; l < 4; l++) {
+            const int64_t j = 4 * live[i] + l;
+            if (mask[i] >> l & 1) g_offer(g, v[j], base + j);
+        }
     }
     return 1;
 }
@@ -896,9 +911,10 @@ __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x,
 }
 
 /* In place: x[i] = exp((x[i] - top) * inv_t) / sum over the row (a softmax at temperature
- * 1 / inv_t whose row max is top), the exps written in one pass, then scaled. */
+ * 1 / inv_t whose row max is top), the exps written in one pass, then scaled. bmax (or NULL):
+ * the max of every 64 probabilities as written, ceil(V / 64) floats. */
 __attribute__((target("avx2,fma"))) static void softmax_row(float *x, int64_t V, float top,
-                                                           double inv_t)
+                                                           double inv_t, float *bmax)
 {
     const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
     double total = 0.0;
@@ -922,10 +938,26 @@ __attribute__((target("avx2,fma"))) static void softmax_row(float *x, int64_t V,
         total += x[i];
     }
     const __m256 scale = _mm256_set1_ps((float)(1.0 / total));
-    for (i = 0; i + 8 <= V; i += 8) {
+    for (i = 0; i + 64 <= V; i += 64) { /* a block of 64 at a time, its max on the way */
+        __m256 top8 = _mm256_setzero_ps();
+        for (int j = 0; j < 64; j += 8) {
+            const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + i + j), scale);
+            _mm256_storeu_ps(x + i + j, p);
+            top8 = _mm256_max_ps(top8, p);
+        }
+        if (bmax) {
+            float lanes[8], m = 0.0f;
+            _mm256_storeu_ps(lanes, top8);
+            for (int l = 0; l < 8; l++) m = lanes[l] > m ? lanes[l] : m;
+            bmax[i / 64] = m;
+        }
+    }
+    const int64_t last = i;
+    for (; i + 8 <= V; i += 8) {
         _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), scale));
     }
     for (; i < V; i++) x[i] = (float)(x[i] / total);
+    if (bmax && last < V) bmax[last / 64] = max_of(x + last, V - last);
 }
 
 static int cpu_ok(void)
@@ -1141,15 +1173,16 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
 #endif
 }
 
-/* softmax_(x_ptr, ld, rows, V, inv_temps_ptr, maxima_ptr, ldm): each float32 row of x (ld
- * floats apart) becomes softmax(x * inv_temps[r]) in place. maxima_ptr 0: the rows' maxima
- * are found here; else float32 block maxima of 64, row r at maxima + r * ldm. Returns False
- * (nothing written) where a row's max is not finite (a NaN, +inf, or no finite logit): the
- * caller's torch softmax decides those. */
+/* softmax_(x_ptr, ld, rows, V, inv_temps_ptr, maxima_ptr, ldm, out_maxima_ptr): each float32
+ * row of x (ld floats apart) becomes softmax(x * inv_temps[r]) in place. maxima_ptr 0: the
+ * rows' maxima are found here; else float32 block maxima of 64, row r at maxima + r * ldm.
+ * out_maxima_ptr (or 0): the probabilities' block maxima, [rows, ceil(V / 64)] floats.
+ * Returns False (nothing written) where a row's max is not finite (a NaN, +inf, or no finite
+ * logit): the caller's torch softmax decides those. */
 static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[7];
-    if (!int_args(args, nargs, 7, 7, "softmax_", v)) return NULL;
+    long long v[8];
+    if (!int_args(args, nargs, 8, 8, "softmax_", v)) return NULL;
 #ifdef NATIVE_X86
     float *x = (float *)(intptr_t)v[0];
     const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[6];
@@ -1165,7 +1198,10 @@ static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize
         finite = top > -INFINITY && top < INFINITY; /* false for a NaN too */
         tops[r] = top;
     }
-    for (int64_t r = 0; r < rows && finite; r++) softmax_row(x + r * ld, V, tops[r], inv_t[r]);
+    float *out_maxima = (float *)(intptr_t)v[7];
+    for (int64_t r = 0; r < rows && finite; r++) {
+        softmax_row(x + r * ld, V, tops[r], inv_t[r], out_maxima ? out_maxima + r * nb : NULL);
+    }
     Py_END_ALLOW_THREADS
     free(tops);
     return PyBool_FromLong(finite);
@@ -1193,8 +1229,9 @@ static PyMethodDef methods[] = {
      "log_normalizers(x, ld, rows, vocab, inv_temps, maxima, ldm, out): per row, log sum "
      "exp(x * inv_t) (a softmax's log denominator) into doubles."},
     {"softmax_", (PyCFunction)(void (*)(void))softmax_inplace, METH_FASTCALL,
-     "softmax_(x, ld, rows, vocab, inv_temps, maxima, ldm): rows of x become softmax(x * "
-     "inv_t) in place; False (nothing written) where a row's max is not finite."},
+     "softmax_(x, ld, rows, vocab, inv_temps, maxima, ldm, out_maxima): rows of x become "
+     "softmax(x * inv_t) in place, with their block maxima into out_maxima (or 0); False "
+     "(nothing written) where a row's max is not finite."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,7 +9,10 @@ same maxima while each block of 64 columns is still in cache and leaves them her
 take them instead of reading the logits again.
 
 Exactness: the maxima hold for the logits as the LM head wrote them. Whoever writes into logits
-in place calls `forget` first (process_logits' in-place softmax). The Gumbel race masks
+in place calls `forget` first; the C in-place softmax (process_logits) takes the
+probabilities' block maxima as it writes them and records those instead, so the Gumbel races
+over a verify pass's probabilities (rejection.py) read a block only where it can win. The
+Gumbel race masks
 excluded tokens for the length of one search and restores them: it uses the maxima as upper
 bounds only, which those of the unmasked logits still are. The entries hold the
 logits tensors themselves, so their memory cannot be reused by another tensor while an entry

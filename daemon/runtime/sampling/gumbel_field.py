@@ -424,7 +424,7 @@ def _native_search(
         scale = torch.ones(num_keys, dtype=torch.float64)
     else:
         scale = noise_scale.to(torch.float64).contiguous()
-    maxima = None if are_probs else block_maxima.lookup_rows(scores)  # [R, nb] or None
+    maxima = block_maxima.lookup_rows(scores)  # [R, nb] (logits or probabilities) or None
     out = torch.empty(num_keys, dtype=torch.int64)
     clean = module.gumbel_argmax(
         scores.data_ptr(),

@@ -40,11 +40,10 @@ def process_logits(
     uses_top_k = (top_k > TOP_K_OFF) & (top_k < vocab_size)
     uses_top_p = top_p < TOP_P_OFF
     truncates = vocab_size > 0 and bool((uses_top_k | uses_top_p).any())
-    if inplace:  # the C softmax reads the logits' block maxima; after it they no longer hold
-        written = not truncates and _native_softmax_(logits, temperature)
-        block_maxima.forget(logits)
-        if written:
+    if inplace:  # the C softmax reads the logits' block maxima and leaves the probabilities'
+        if not truncates and _native_softmax_(logits, temperature):
             return logits
+        block_maxima.forget(logits)  # torch writes in place below
     # logits made under inference mode may only be updated in place under it
     needs_mode = inplace and logits.is_inference() and not torch.is_inference_mode_enabled()
     with torch.inference_mode() if needs_mode else contextlib.nullcontext():
@@ -68,15 +67,18 @@ def _native_softmax_(
 ) -> bool:
     """softmax(logits / T) in place in C: the exps written in one pass (each row's max from
     the LM head's block maxima where it left them), then scaled, where torch makes a division
-    pass and three softmax passes over [N, V]. False (the logits untouched) where the kernels
-    do not run or a row's max is not finite."""
+    pass and three softmax passes over [N, V]. The scaling pass also takes the probabilities'
+    block maxima, which replace the logits' (block_maxima.py): the Gumbel races over them
+    (rejection.py) read a block only where it can win. False (the logits untouched) where
+    the kernels do not run or a row's max is not finite."""
     module = native.for_rows(logits)
     if module is None or not logits.numel():
         return False
     num_rows, vocab = logits.shape
     inverse = (1.0 / temperature.double()).contiguous()  # [N]
     maxima = block_maxima.lookup_rows(logits)  # [N, nb] or None
-    return bool(
+    prob_maxima = torch.empty(num_rows, -(-vocab // block_maxima.BLOCK))  # [N, nb]
+    written = bool(
         module.softmax_(
             logits.data_ptr(),
             vocab,
@@ -85,8 +87,13 @@ def _native_softmax_(
             inverse.data_ptr(),
             0 if maxima is None else maxima.data_ptr(),
             0 if maxima is None else maxima.stride(0),
+            prob_maxima.data_ptr(),
         )
     )
+    if written:
+        block_maxima.forget(logits)
+        block_maxima.remember(logits, prob_maxima)
+    return written
 
 
 def apply_top_k_top_p(
