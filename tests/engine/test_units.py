@@ -179,6 +179,18 @@ def test_adaptive_counts_fixed_overhead_in_favour_of_longer_rounds() -> None:
     assert (without, with_overhead) == (2, 3)
 
 
+def test_adaptive_does_not_speculate_for_a_gain_below_the_margin() -> None:
+    """Where speculation is predicted to beat plain decoding by less than 3%, plain decoding
+    (the break-even's prediction errors and probes cost more than that); past it, speculate.
+    Batch 16, a free draft, verify 100 ms + 50 ms a token: k = 1 emits 1 + P(accept) tokens
+    in 150 ms against plain's 1 in 100 ms."""
+    ctl = _costed(1e-9, {1: 0.100, 2: 0.150, 3: 0.200}, batch=16)
+    breakeven = [[0.52, 0.27, 0.14]] * 16  # k = 1: 1.52 / 0.15 = 1.013x plain
+    paying = [[0.60, 0.36, 0.22]] * 16  # k = 1: 1.60 / 0.15 = 1.067x plain
+    assert ctl._best_k(breakeven, [3] * 16) == 0
+    assert ctl._best_k(paying, [3] * 16) == 1
+
+
 def test_adaptive_probes_one_position_further_now_and_then() -> None:
     ctl = _costed(0.004, {1: 0.010, 2: 0.0105, 3: 0.019, 4: 0.03, 5: 0.04}, batch=1)
     est = _trained(ctl, 1)  # only the first draft is ever accepted: k = 1 is best

@@ -7,7 +7,11 @@ Adaptive mode picks the round's K that maximises expected emitted tokens per sec
 
 against plain decoding (K = 0: B tokens per round_cost(B, 0)), from measured per-position
 acceptance (per sequence, shrunk towards the engine-wide estimate) and measured costs at the
-current batch size. Where speculation does not pay, K = 0: the round is plain decoding.
+current batch size. Where speculation does not pay, K = 0: the round is plain decoding. Where
+it is predicted to pay less than SPECULATION_MARGIN (3%) it is not chosen either: at such a
+break-even (the wide bench target at concurrency 16, where k = 2 ran at 0.99x plain decoding)
+the prediction's errors and the probes below made adaptive 0.94-0.97x plain decoding, while a
+gain under 3% is not worth having.
 
 Estimates only learn where drafts are verified, so a controller that settles on a short K
 would never see whether deeper positions got better. Now and then it probes one position
@@ -43,6 +47,7 @@ MIN_ACCEPT_PROB = 0.02  # a sequence stops drafting at positions less likely tha
 EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
 MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
+SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
 
 
 @dataclass(slots=True)
@@ -133,7 +138,9 @@ class SpeculationController:
             return 0
         plain = self.costs.round_cost(batch, 0)
         assert plain is not None
-        best_k, best_rate = 0, batch / max(plain, 1e-9)
+        # where speculation is predicted to pay less than the margin, its prediction's errors
+        # and its probes would lose more than it can gain: plain decoding
+        best_k, best_rate = 0, (1.0 + SPECULATION_MARGIN) * batch / max(plain, 1e-9)
         for k in range(1, max(caps, default=0) + 1):
             tokens = sum(
                 expected_tokens(p, min(k, cap)) for p, cap in zip(probs, caps, strict=True)
