@@ -795,8 +795,7 @@ static double g_one_block(uint64_t key, int64_t b, int64_t V, double ms, int64_t
  * Only what holds a bound past the answer is drawn. maxima: the row's block maxima (or
  * NULL: computed here); scratch: G_SCRATCH(nb) 8-byte words. are_probs: the scores are
  * probabilities, log p races. Returns the token (-1: every score -inf), or -2 where a NaN
- * was seen (the caller's torch
- * search decides then). */
+ * was seen (the caller's torch search decides then). */
 __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *scores, int64_t V,
                                                              const float *maxima, uint64_t key,
                                                              double scale, int are_probs,

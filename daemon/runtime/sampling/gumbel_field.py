@@ -22,14 +22,17 @@ superblocks of SUPER blocks (the last one with what is left):
     block, else uniform in [0, n_b) from mix(w_b ^ ARGMAX_SALT);
   * every other entry j of block b is -log(exp(-M_b) + E_j), E_j ~ Exp(1) from
     mix(w_b ^ ENTRY_SALT + (j + 1) * gamma): a Gumbel(0) truncated below M_b.
-So the entries are i.i.d. Gumbel(0), and nothing in a block (superblock) exceeds its M: the
-largest score plus M bounds everything in it. `gumbel_argmax` takes the block maxima of the
-scores (one pass, no transcendental functions; the LM head leaves them), and looks at the
-superblock with the best bound, then every superblock whose bound still beats the best value
-found; inside one, the block with the best bound, then every block that still can, and inside
-a block, the entries whose score can. Nothing else can hold the maximum, so the result equals
-the argmax over the dense field (`dense_field`, the tests' reference). Over Qwen's 151,936
-tokens that is 75 superblock draws and a few superblocks' 32 blocks, not 2,374 blocks.
+So the entries are i.i.d. Gumbel(0), and nothing in a block (superblock) exceeds its M: its
+largest score plus scale * M bounds everything in it. `gumbel_argmax` takes the block maxima of
+the scores (one pass, no transcendental functions; the LM head and the C softmax leave them)
+and searches best first: the C search (_cpu_kernels.c) draws the superblocks' maxima, opens
+those whose bound beats the best value found (drawing the maxima of their blocks whose largest
+score could still win), and looks into a block only while its bound beats that value, at the
+entries whose score can. Nothing else can hold the maximum, so the result equals the argmax
+over the dense field (`dense_field`, the tests' reference). Over Qwen's 151,936 tokens a key
+draws 75 superblock maxima and a few hundred block maxima where the old one-level field drew
+all 2,374. The torch search (other devices, NaN) draws every block's maximum at once, a few
+tensor ops, then looks into the blocks that can win.
 
 Everything is integer arithmetic on int64 tensors (SplitMix64's finaliser, products wrapping
 modulo 2^64, logical shifts by masking) and float64 logs: the same numbers on any device.
