@@ -20,7 +20,13 @@ from daemon.runtime.remote.messages import (
     SlotError,
     UpdateEntry,
 )
-from daemon.runtime.remote.wire import decode_reply, decode_request, encode_reply, encode_request
+from daemon.runtime.remote.wire import (
+    VERSION,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+)
 from daemon.runtime.remote.wire_budget import bytes_per_round_per_seq
 from daemon.runtime.remote.wire_io import WireError
 from daemon.runtime.sampling.quantized import MAX_LISTED, PROPOSAL_TOTAL, quantize_counts
@@ -125,6 +131,19 @@ def test_every_truncation_is_a_clear_error() -> None:
                 decode(payload[:cut])
         with pytest.raises(WireError, match="trailing"):
             decode(payload + b"\0")
+
+
+def test_a_peer_of_another_version_is_refused() -> None:
+    """Version 4 changed the Gumbel field: a version-3 peer's coupled drafts would seldom
+    match, so its messages are refused with both versions named."""
+    for payload, decode in ((encode_request(_request()), decode_request),
+                            (encode_reply(_reply()), decode_reply)):  # fmt: skip
+        old = bytearray(payload)
+        old[4] = VERSION - 1  # the version byte follows the 4-byte magic
+        with pytest.raises(
+            WireError, match=f"unsupported version {VERSION - 1} .*speaks {VERSION}"
+        ):
+            decode(bytes(old))
 
 
 def test_semantic_checks() -> None:

@@ -43,8 +43,11 @@ from daemon.runtime.sampling.quantized import MAX_LISTED, PROPOSAL_TOTAL
 
 # 2: sampled drafts carry a tail; 3: the tail is a class whose token drafter and verifier pick
 # with a shared Gumbel field (a version-2 peer would test such drafts as if evenly spread: not
-# lossless), and a draft may list up to MAX_LISTED tokens
-VERSION = 3
+# lossless), and a draft may list up to MAX_LISTED tokens; 4: the field is drawn top down
+# through superblocks (gumbel_field.py). A version-3 peer draws other noise: still lossless
+# (the verifier's pick is its own draw), but its coupled drafts and tail guesses would seldom
+# match, so it is refused rather than left to run slow.
+VERSION = 4
 WIDE_SUPPORT = 255  # the width byte that says the support size follows as a u16
 REQUEST_MAGIC, REPLY_MAGIC = b"SPDQ", b"SPDR"
 FLAG_RESET, FLAG_WIDE_IDS = 1, 2
