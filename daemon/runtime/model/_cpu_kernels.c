@@ -706,6 +706,14 @@ static void g_pop(GHeap *h)
     g_sift_down(h, 0, h->bound[h->size], h->item[h->size]);
 }
 
+/* One block's largest noise below its superblock's ms (c = exp(-ms)), from its word w and its
+ * n tokens: log n - log(n c + E_b), E_b = -log u(w), at most ms (g_block_noise4, one at a time) */
+static inline double g_block_noise1(uint64_t w, double n, double c, double ms)
+{
+    const double drawn = log(n) - log(n * c - log(g_uniform(w)));
+    return drawn < ms ? drawn : ms;
+}
+
 /* Superblock s (blocks b0 .. b1 - 1, largest noise ms): the blocks whose largest score could
  * still win with noise ms (the most any of them has) get their largest noise drawn below ms
  * into noise[b] (4 whole blocks at a time), the block holding the superblock's maximum
@@ -733,9 +741,8 @@ __attribute__((target("avx2,fma"))) static void g_super(GRace *g, GHeap *h, cons
     for (; i + 4 <= num; i += 4) g_block_noise4(g->key, list + i, c, ms, noise);
     for (; i < num; i++) { /* one to three left */
         const int64_t b = list[i];
-        const double e = -log(g_uniform(g_mix64(g->key + (uint64_t)(b + 1) * G_GAMMA)));
-        const double drawn = log((double)G_BLOCK) - log((double)G_BLOCK * c + e);
-        noise[b] = drawn < ms ? drawn : ms;
+        const uint64_t w = g_mix64(g->key + (uint64_t)(b + 1) * G_GAMMA);
+        noise[b] = g_block_noise1(w, (double)G_BLOCK, c, ms);
     }
     /* the top block and the vocabulary's short last block, where they can win */
     if ((double)top[top_block] > floor_raw && top_block != done) {
@@ -744,10 +751,8 @@ __attribute__((target("avx2,fma"))) static void g_super(GRace *g, GHeap *h, cons
     }
     if (b1 == nb && whole < nb && nb - 1 != top_block && nb - 1 != done &&
         (double)top[nb - 1] > floor_raw) {
-        const double n = (double)(g->V - whole * G_BLOCK);
-        const double e = -log(g_uniform(g_mix64(g->key + (uint64_t)nb * G_GAMMA)));
-        const double drawn = log(n) - log(n * c + e);
-        noise[nb - 1] = drawn < ms ? drawn : ms;
+        const uint64_t w = g_mix64(g->key + (uint64_t)nb * G_GAMMA);
+        noise[nb - 1] = g_block_noise1(w, (double)(g->V - whole * G_BLOCK), c, ms);
         list[num++] = nb - 1;
     }
     for (i = 0; i < num; i++) {
@@ -781,9 +786,7 @@ static double g_one_block(uint64_t key, int64_t b, int64_t V, double ms, int64_t
         return ms;
     }
     *a = g_place(w, n);
-    const double e = -log(g_uniform(w));
-    const double drawn = log((double)n) - log((double)n * exp(-ms) + e);
-    return drawn < ms ? drawn : ms;
+    return g_block_noise1(w, (double)n, exp(-ms), ms);
 }
 
 /* argmax_i (scores_i + scale * G_i) over one row of V float32 scores for field key `key`
