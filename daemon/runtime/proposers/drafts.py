@@ -129,25 +129,22 @@ def pack_records(records: list[DraftRecord]) -> Proposals:
     """Per-row records -> the Proposals tensors (sparse q = count / N, exact in float32)."""
     num_rows = len(records)
     max_k = max((len(r) for r in records), default=0)
-    drafts = torch.full((num_rows, max_k), PLACEHOLDER_TOKEN_ID, dtype=torch.long)  # [B, K]
+    padded = [r.tokens + [PLACEHOLDER_TOKEN_ID] * (max_k - len(r)) for r in records]
+    drafts = torch.tensor(padded, dtype=torch.long).reshape(num_rows, max_k)  # [B, K]
     widths = [int(s.ids.shape[0]) for r in records for s in r.sparse if s is not None]
     sparse_ids = sparse_probs = sparse_tail = None
     if widths:
         sparse_ids = torch.zeros((num_rows, max_k, max(widths)), dtype=torch.long)  # [B, K, S]
         sparse_probs = torch.zeros((num_rows, max_k, max(widths)))  # [B, K, S]
         sparse_tail = torch.zeros((num_rows, max_k))  # [B, K]
-    for row, record in enumerate(records):
-        if not record.tokens:
-            continue
-        drafts[row, : len(record)] = torch.tensor(record.tokens, dtype=torch.long)
-        for pos, sparse in enumerate(record.sparse):
-            if sparse is None or sparse_ids is None or sparse_probs is None:
-                continue
-            assert sparse_tail is not None
-            width = int(sparse.ids.shape[0])
-            sparse_ids[row, pos, :width] = sparse.ids
-            sparse_probs[row, pos, :width] = counts_to_probs(sparse.counts)
-            sparse_tail[row, pos] = sparse.tail / PROPOSAL_TOTAL  # exact in float32
+        for row, record in enumerate(records):
+            for pos, sparse in enumerate(record.sparse):
+                if sparse is None:
+                    continue
+                width = int(sparse.ids.shape[0])
+                sparse_ids[row, pos, :width] = sparse.ids
+                sparse_probs[row, pos, :width] = counts_to_probs(sparse.counts)
+                sparse_tail[row, pos] = sparse.tail / PROPOSAL_TOTAL  # exact in float32
     return Proposals(
         draft_token_ids=drafts,
         num_draft_tokens=[len(r) for r in records],
