@@ -3,10 +3,9 @@
 without a noise scale, probabilities, exclusions and the top-k race. The CPU suite checks the
 same definition through the C search and torch's CPU kernels (test_gumbel_field.py)."""
 
-import math
-
 import pytest
 import torch
+from gumbel_cases import dense_argmax_case
 
 from daemon.runtime.sampling.gumbel_field import dense_field, field_keys, gumbel_argmax, gumbel_topk
 
@@ -16,25 +15,12 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.mark.parametrize("vocab", [1000, 32_000, 151_936])
 @pytest.mark.parametrize("are_probs", [False, True])
 def test_the_cuda_search_is_the_dense_argmax(vocab: int, are_probs: bool) -> None:
-    gen = torch.Generator().manual_seed(vocab + are_probs)
-    rows = 16
-    logits = torch.randn(rows, vocab, generator=gen) * torch.rand(rows, 1, generator=gen) * 6
-    logits[3, ::2] = -math.inf  # a truncated row
-    logits[4] = -math.inf  # nothing left but one token, which row 4 excludes
-    logits[4, vocab // 2] = 0.0
-    excluded = torch.randint(0, vocab, (rows, 8), generator=gen)
-    excluded[:, 6:] = -1
-    excluded[4, 0] = vocab // 2
-    keys = field_keys(list(range(rows)), [vocab + r for r in range(rows)])
-    scores = torch.softmax(logits, -1) if are_probs else logits.clone()
-    reference = scores.double().log() if are_probs else scores.double()
-    for r in range(rows):
-        reference[r, excluded[r][excluded[r] >= 0]] = -math.inf
-    total = reference + dense_field(keys, vocab)  # [R, V] float64
-    expected = torch.where(total.amax(-1) > -math.inf, total.argmax(-1), -1)
-    got = gumbel_argmax(scores.cuda(), keys.cuda(), excluded.cuda(), are_probs=are_probs)
+    case = dense_argmax_case(vocab, rows=16, are_probs=are_probs, seed=vocab + are_probs)
+    got = gumbel_argmax(
+        case.scores.cuda(), case.keys.cuda(), case.excluded.cuda(), are_probs=are_probs
+    )
     assert got.is_cuda
-    assert got.cpu().tolist() == expected.tolist()
+    assert got.cpu().tolist() == case.expected.tolist()
 
 
 @pytest.mark.parametrize("vocab", [32_000, 151_936])

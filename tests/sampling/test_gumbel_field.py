@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from gumbel_cases import dense_argmax_case
 from test_rejection_distribution import MIN_P_VALUE, chi_square_p
 
 from daemon.runtime.sampling.gumbel_field import (
@@ -48,25 +49,9 @@ def test_keys_differ_by_seed_and_position() -> None:
 @pytest.mark.parametrize("vocab", [40, 64, 1000, 4096, 5003])
 @pytest.mark.parametrize("are_probs", [False, True])
 def test_block_search_equals_the_dense_argmax(vocab: int, are_probs: bool) -> None:
-    gen = torch.Generator().manual_seed(vocab)
-    rows = 24
-    logits = torch.randn(rows, vocab, generator=gen) * torch.rand(rows, 1, generator=gen) * 6
-    logits[3, ::2] = -math.inf  # a top-k / top-p truncated row
-    logits[4] = -math.inf  # nothing left
-    logits[4, vocab // 2] = 0.0
-    excluded = torch.randint(0, vocab, (rows, 8), generator=gen)
-    excluded[:, 6:] = -1  # unused entries
-    excluded[4, 0] = vocab // 2  # row 4 excludes its only token
-    keys = field_keys(list(range(rows)), [vocab + r for r in range(rows)])
-    scores = torch.softmax(logits, -1) if are_probs else logits.clone()
-    reference = scores.clone().double()
-    reference = reference.log() if are_probs else reference
-    for r in range(rows):
-        reference[r, excluded[r][excluded[r] >= 0]] = -math.inf
-    total = reference + dense_field(keys, vocab)
-    expected = torch.where(total.amax(-1) > -math.inf, total.argmax(-1), -1)
-    got = gumbel_argmax(scores.clone(), keys, excluded, are_probs=are_probs)
-    assert got.tolist() == expected.tolist()
+    case = dense_argmax_case(vocab, rows=24, are_probs=are_probs, seed=vocab)
+    got = gumbel_argmax(case.scores.clone(), case.keys, case.excluded, are_probs=are_probs)
+    assert got.tolist() == case.expected.tolist()
     assert int(got[4]) == -1
 
 
