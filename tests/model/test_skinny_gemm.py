@@ -52,6 +52,23 @@ def test_matches_f_linear(out_f: int, in_f: int, rows: int) -> None:
 
 
 @pytestmark_kernel
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_row_comes_out_the_same_whatever_shares_its_call(gated: bool) -> None:
+    """Rows are split into register blocks of near-equal size (7 rows: 4 + 3), and a block
+    of several shares each K block of the weights with the others; a row's sums must not
+    depend on either: the same bits alone as among 2..13 or 97 rows (greedy output may not
+    change with the batch or the number of drafts verified)."""
+    hidden, out_f = 1000, 80  # K past one K block (64), several panels
+    weight = _weight(2 * out_f if gated else out_f, hidden, seed=3)
+    packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
+    run = skinny.gated_linear if gated else skinny.linear
+    x = torch.randn(97, hidden, generator=torch.Generator().manual_seed(4))
+    alone = torch.cat([run(x[i : i + 1], packed, out_f) for i in range(97)])
+    for rows in [*range(2, 14), 97]:
+        assert torch.equal(run(x[:rows], packed, out_f), alone[:rows]), f"{rows} rows"
+
+
+@pytestmark_kernel
 def test_batched_and_strided_inputs() -> None:
     weight = _weight(300, 128)
     packed = skinny.pack(weight)
