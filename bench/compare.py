@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bench.costs import forward_seconds, speedup_bound
+from bench.costs import pass_seconds, speedup_bound
 from bench.machine import describe_machine
 from bench.peers.result import PeerResult
 from bench.spec_engine import RunResult, RunSpec, SpecBench
@@ -283,7 +283,9 @@ def forward_curve(target: CausalLM, batches: tuple[int, ...] = (1, 4, 16)) -> di
     for batch in batches:
         if batch > target.num_slots:
             continue
-        ms = [1000 * forward_seconds(target, t, batch=batch, repeats=8) for t in range(1, 10)]
+        # interleaved: every t in each repeat, so a ratio is not the machine's drift
+        seconds = pass_seconds([(target, t) for t in range(1, 10)], batch=batch, repeats=8)
+        ms = [1000 * s for s in seconds]
         curve[str(batch)] = [{"t": t + 1, "ms": m, "over_t1": m / ms[0]} for t, m in enumerate(ms)]
     return curve
 

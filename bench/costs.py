@@ -23,21 +23,41 @@ def forward_seconds(
 ) -> float:
     """Median seconds of one pass appending `num_tokens` per sequence after CONTEXT_LEN cached
     tokens; the cache is rolled back (start position unchanged) between repeats."""
+    return pass_seconds([(model, num_tokens)], batch=batch, repeats=repeats)[0]
+
+
+def pass_seconds(
+    passes: list[tuple[CausalLM, int]], batch: int = 1, repeats: int = REPEATS
+) -> list[float]:
+    """Median seconds of each pass (a model, tokens appended per sequence after CONTEXT_LEN
+    cached ones), measured round robin: repeat r times every pass once before repeat r + 1.
+    A ratio of two passes is then taken over the same stretch of time: this machine's speed
+    drifts by tens of percent over seconds, and passes timed one block after another would
+    carry that drift into their ratio. The cache is rolled back between repeats (the start
+    position is unchanged: the pass overwrites what the last one wrote)."""
     slots = list(range(batch))
     gen = torch.Generator().manual_seed(0)
-    context = torch.randint(0, model.vocab_size, (batch, CONTEXT_LEN), generator=gen).tolist()
-    chunk = torch.randint(0, model.vocab_size, (batch, num_tokens), generator=gen).tolist()
+    models = list({id(model): model for model, _ in passes}.values())
+    chunks = []
     with torch.inference_mode():
-        model.forward(ForwardBatch(slots, context, [0] * batch, LogitsMode.NONE))
-        times = []
-        for _ in range(repeats + 2):
-            start = time.perf_counter()
-            model.forward(ForwardBatch(slots, chunk, [CONTEXT_LEN] * batch, LogitsMode.ALL))
-            synchronize(model.device)
-            times.append(time.perf_counter() - start)
-    for slot in slots:
-        model.free_slot(slot)
-    return sorted(times[2:])[len(times[2:]) // 2]
+        for model in models:
+            context = torch.randint(0, model.vocab_size, (batch, CONTEXT_LEN), generator=gen)
+            model.forward(ForwardBatch(slots, context.tolist(), [0] * batch, LogitsMode.NONE))
+        for model, num_tokens in passes:
+            chunk = torch.randint(0, model.vocab_size, (batch, num_tokens), generator=gen)
+            start_positions = [CONTEXT_LEN] * batch
+            chunks.append(ForwardBatch(slots, chunk.tolist(), start_positions, LogitsMode.ALL))
+        times: list[list[float]] = [[] for _ in passes]
+        for _ in range(repeats + 2):  # the first two: warm-up
+            for (model, _), chunk, seen in zip(passes, chunks, times, strict=True):
+                start = time.perf_counter()
+                model.forward(chunk)
+                synchronize(model.device)
+                seen.append(time.perf_counter() - start)
+    for model in models:
+        for slot in slots:
+            model.free_slot(slot)
+    return [sorted(seen[2:])[repeats // 2] for seen in times]
 
 
 def expected_tokens_per_round(acceptance: float, k: int) -> float:
@@ -67,10 +87,11 @@ class SpeedupBound:
 
 
 def speedup_bound(target: CausalLM, draft: CausalLM, acceptance: float, k: int) -> SpeedupBound:
+    target_step, verify, draft_step = pass_seconds([(target, 1), (target, k + 1), (draft, 1)])
     return SpeedupBound(
         acceptance=acceptance,
         k=k,
-        target_step_s=forward_seconds(target, 1),
-        verify_s=forward_seconds(target, k + 1),
-        draft_step_s=forward_seconds(draft, 1),
+        target_step_s=target_step,
+        verify_s=verify,
+        draft_step_s=draft_step,
     )

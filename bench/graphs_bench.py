@@ -25,7 +25,7 @@ from bench.arg_types import (
     positive_int,
     positive_int_list,
 )
-from bench.costs import forward_seconds
+from bench.costs import pass_seconds
 from bench.machine import describe_machine
 from bench.spec_engine import RunResult, RunSpec, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
@@ -86,7 +86,9 @@ def run_side_by_side(
 def forward_curves(benches: dict[str, SpecBench]) -> dict[str, list[float]]:
     """ms of one target pass of t = 1..9 tokens at batch 1, per variant."""
     return {
-        variant: [1000 * forward_seconds(bench.target, t, repeats=10) for t in range(1, 10)]
+        variant: [
+            1000 * s for s in pass_seconds([(bench.target, t) for t in range(1, 10)], repeats=10)
+        ]
         for variant, bench in benches.items()
     }
 

@@ -1,7 +1,21 @@
 """The analytic speedup bound and the per-position acceptance it is fed."""
 
-from bench.costs import SpeedupBound, expected_tokens_per_round
+from pathlib import Path
+
+import torch
+
+from bench.costs import (
+    CONTEXT_LEN,
+    SpeedupBound,
+    expected_tokens_per_round,
+    forward_seconds,
+    pass_seconds,
+)
 from bench.spec_engine import RunResult
+from daemon.runtime.model import load_model
+from daemon.runtime.model.batch import ForwardBatch
+from daemon.runtime.model.protocol import CausalLM
+from tests.tiny_models import make_tiny_checkpoint
 
 
 def _run(num_drafts: int, accepted_per_pos: list[int]) -> RunResult:
@@ -34,3 +48,33 @@ def test_speedup_bound() -> None:
     # 1.75 tokens per round of 2 ms drafting + 10 ms verifying, against 10 ms per token.
     assert abs(bound.speedup - 1.75 * 10 / 12) < 1e-12
     assert bound.cost_ratio == 10.0
+
+
+class _Recording:
+    """A real model whose passes are logged (model name, tokens per sequence) as they run."""
+
+    def __init__(self, name: str, model: CausalLM, log: list[tuple[str, int]]) -> None:
+        self._name, self._model, self._log = name, model, log
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
+        self._log.append((self._name, batch.max_chunk_len))
+        return self._model.forward(batch)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._model, name)
+
+
+def test_pass_seconds_times_the_passes_round_robin(tmp_path: Path) -> None:
+    """Each repeat runs every pass once, in the order given, so a ratio of two passes is taken
+    over the same stretch of the machine's drifting speed; a model's context is prefilled
+    once."""
+    checkpoint = make_tiny_checkpoint(tmp_path / "m", with_tokenizer=False)
+    log: list[tuple[str, int]] = []
+    target = _Recording("target", load_model(checkpoint, num_slots=2), log)
+    draft = _Recording("draft", load_model(checkpoint, num_slots=2), log)
+    passes = [(target, 1), (target, 5), (draft, 1)]
+    seconds = pass_seconds(passes, batch=2, repeats=3)  # type: ignore[list-item]
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    assert log[:2] == [("target", CONTEXT_LEN), ("draft", CONTEXT_LEN)]
+    assert log[2:] == [("target", 1), ("target", 5), ("draft", 1)] * (3 + 2)  # 2 warm-ups
+    assert forward_seconds(target, 3, batch=2, repeats=1) > 0  # and measures again after
