@@ -1,11 +1,11 @@
 """Packed CPU weights on transparent huge pages.
 
 A decode or verify pass on the CPU streams every packed weight from memory once (skinny.py).
-On 4 KiB pages, that stream crosses a page boundary every 64 cache lines: one TLB miss and a
-page walk each, and the hardware prefetchers, which work within a page, start over. On 2 MiB
-pages it crosses 512 times fewer. Measured on the wide bench target's MLPs (6 layers, 302 MB,
-one thread, a 2-core AMD EPYC Zen 3; the same kernel, the same weights copied onto each kind
-of page, interleaved, three runs): a pass took 0.86-1.03x, 0.94 on average, on huge pages.
+On 4 KiB pages that stream leaves a page, and takes a TLB miss and a page walk, every 64 cache
+lines; on 2 MiB pages 512 times less often. Measured on a 2-core AMD EPYC (Zen 3), one thread,
+both kinds of page in one process and their passes interleaved, three runs each: the wide
+bench target's MLPs alone (6 layers, 302 MB) took 0.86-1.03x the time on huge pages, 0.94 on
+average; the whole target (t = 1..9 tokens at batch 1) 0.92-1.07x, about 0.97.
 
 Most Linux systems hand out huge pages only to memory advised with MADV_HUGEPAGE
 (/sys/kernel/mm/transparent_hugepage/enabled = madvise), and advising must come before the
