@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from daemon.runtime.errors import ModelLoadError
-from daemon.runtime.parallel.group import TensorParallel, init_group, pick_address
+from daemon.runtime.parallel.group import TensorParallel, init_group, leave_group, pick_address
 from daemon.runtime.parallel.leader import close_leader
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.remote.builder import DraftServerSpec, build_draft_proposer
@@ -40,27 +40,33 @@ class DrafterShard:
 
     def _build(self, progress: Progress) -> DraftServer:
         spec = self.spec
-        proposer = build_draft_proposer(
-            DraftServerSpec(
-                draft=Path(spec.draft_dir) if spec.draft_dir else None,
-                num_slots=spec.max_batch_size,
-                max_model_len=spec.max_model_len,
-                dtype=spec.dtype,
-                sparse_top_k=spec.sparse_top_k,
-                sparse_mass=spec.sparse_mass,
-                tp=self._join_group(),
-            ),
-            progress,
-        )
-        if isinstance(proposer, DraftModelProposer):
-            self._draft_model = proposer.model
-        if isinstance(proposer, DraftModelProposer) and spec.target_vocab_size is not None:
-            vocab_size = proposer.model.vocab_size
-            if vocab_size != spec.target_vocab_size:
-                raise ModelLoadError(
-                    f"draft {spec.draft_dir} has a vocabulary of {vocab_size}, the verifier's "
-                    f"target {spec.target_vocab_size}: they need the same tokenizer"
-                )
+        tp = self._join_group()
+        try:
+            proposer = build_draft_proposer(
+                DraftServerSpec(
+                    draft=Path(spec.draft_dir) if spec.draft_dir else None,
+                    num_slots=spec.max_batch_size,
+                    max_model_len=spec.max_model_len,
+                    dtype=spec.dtype,
+                    sparse_top_k=spec.sparse_top_k,
+                    sparse_mass=spec.sparse_mass,
+                    tp=tp,
+                ),
+                progress,
+            )
+            if isinstance(proposer, DraftModelProposer):
+                self._draft_model = proposer.model
+            if isinstance(proposer, DraftModelProposer) and spec.target_vocab_size is not None:
+                vocab_size = proposer.model.vocab_size
+                if vocab_size != spec.target_vocab_size:
+                    raise ModelLoadError(
+                        f"draft {spec.draft_dir} has a vocabulary of {vocab_size}, the verifier's "
+                        f"target {spec.target_vocab_size}: they need the same tokenizer"
+                    )
+        except BaseException:
+            if tp is not None:  # the other ranks learn at once that this one will not lead
+                leave_group(tp)
+            raise
         what = spec.draft_dir or "n-gram lookup"
         logger.info("drafter ready on %s (%s)", self.context.node_name, what)
         return DraftServer(proposer)

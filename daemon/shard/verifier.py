@@ -28,7 +28,7 @@ from daemon.runtime.errors import (
     RequestError,
     SpecError,
 )
-from daemon.runtime.parallel.group import TensorParallel, init_group, pick_address
+from daemon.runtime.parallel.group import TensorParallel, init_group, leave_group, pick_address
 from daemon.runtime.parallel.leader import close_leader
 from daemon.runtime.remote.options import RemoteMode, RemoteOptions
 from daemon.runtime.remote.remote_proposer import RemoteProposer
@@ -116,23 +116,29 @@ class VerifierShard:
             draft_sparse_top_k=spec.sparse_top_k,
             draft_sparse_mass=spec.sparse_mass,
         )
-        built = build_engine(
-            EngineSpec(
-                target=Path(spec.target_dir),
-                draft=Path(spec.draft_dir)
-                if spec.proposer == "draft_model" and spec.draft_dir
-                else None,
-                ngram=spec.proposer == "ngram",
-                dtype=spec.dtype,
-                max_model_len=spec.max_model_len,
-                engine=config,
-                proposer=self._remote_proposer() if spec.proposer == "remote" else None,
-                target_tp=self._join_group(),
-                target_layers=spec.layers if spec.pipeline_stages else None,
-                target_stages=self._later_stages() or None,
-            ),
-            _summed(progress),
-        )
+        tp = self._join_group()
+        try:
+            built = build_engine(
+                EngineSpec(
+                    target=Path(spec.target_dir),
+                    draft=Path(spec.draft_dir)
+                    if spec.proposer == "draft_model" and spec.draft_dir
+                    else None,
+                    ngram=spec.proposer == "ngram",
+                    dtype=spec.dtype,
+                    max_model_len=spec.max_model_len,
+                    engine=config,
+                    proposer=self._remote_proposer() if spec.proposer == "remote" else None,
+                    target_tp=tp,
+                    target_layers=spec.layers if spec.pipeline_stages else None,
+                    target_stages=self._later_stages() or None,
+                ),
+                _summed(progress),
+            )
+        except BaseException:
+            if tp is not None:  # the other ranks learn at once that this one will not lead
+                leave_group(tp)
+            raise
         loop = EngineLoop(built.engine, self._collect, max_waiting=spec.max_waiting)
         loop.start()
         logger.info("verifier ready on %s (%s)", self.context.node_name, spec.target_dir)

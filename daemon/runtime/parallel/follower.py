@@ -5,18 +5,20 @@ import logging
 from daemon.runtime.errors import SpecError
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.parallel.channel import NOOP, STOP, ParallelGroupError, receive
-from daemon.runtime.parallel.group import leave_group
+from daemon.runtime.parallel.group import leave_group, wait_for_ranks
 
 log = logging.getLogger(__name__)
 
 
 def follow(model: LlamaForCausalLM) -> int:
     """Run rank 0's calls on this rank's shard until rank 0 sends stop; returns the number of
-    calls replayed. Raises ParallelGroupError when rank 0 is gone or silent past the group's
-    timeout (its heartbeat keeps an idle group inside it)."""
+    calls replayed. First waits (within the group's load timeout) for every rank to load; then
+    raises ParallelGroupError when rank 0 is gone or silent past the group's timeout (its
+    heartbeat keeps an idle group inside it)."""
     tp = model.tp
     calls = 0
     try:
+        wait_for_ranks(tp)
         while True:
             try:
                 op, args = receive(tp)

@@ -11,6 +11,10 @@ import torch
 from daemon.runtime.errors import ModelLoadError
 
 DEFAULT_TIMEOUT_S = 60.0
+# how long a rank that has loaded its shard waits for the others to load theirs: ranks load at
+# their own pace (rank 0 also loads the tokenizer and, colocated, the draft), so this first
+# wait is bounded by a load's time, not by a collective's
+LOAD_TIMEOUT_S = 900.0
 GATHER_MAX_BYTES = 4 << 20  # gloo all-reduces up to this size go as an all-gather and a sum
 
 
@@ -24,6 +28,7 @@ class TensorParallel:
     timeout_s: float = DEFAULT_TIMEOUT_S
     control_group: Any = None  # gloo: rank 0's commands (the same group when it is gloo)
     backend: str = "gloo"
+    load_group: Any = None  # gloo, bounded by the load timeout: the barrier after loading
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.size:
@@ -57,10 +62,12 @@ def init_group(
     *,
     backend: str = "gloo",
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    load_timeout_s: float = LOAD_TIMEOUT_S,
 ) -> TensorParallel:
     """Join the group whose rendezvous is `address` ("host:port", served by rank 0). Every
     collective of the group, the rendezvous included, fails after `timeout_s` instead of
-    waiting forever for a rank that is gone."""
+    waiting forever for a rank that is gone; the one wait for every rank to have loaded
+    (`wait_for_ranks`) fails after `load_timeout_s`."""
     if size == 1:
         return TensorParallel(0, 1)
     import torch.distributed as dist
@@ -82,7 +89,27 @@ def init_group(
         ) from exc
     world = dist.group.WORLD
     control = world if backend == "gloo" else dist.new_group(backend="gloo")
-    return TensorParallel(rank, size, world, timeout_s, control, backend)
+    # gloo bounds a send by its group's timeout too, so a barrier with a longer timeout needs
+    # a group of its own
+    loaded = dist.new_group(backend="gloo", timeout=timedelta(seconds=load_timeout_s))
+    return TensorParallel(rank, size, world, timeout_s, control, backend, loaded)
+
+
+def wait_for_ranks(tp: TensorParallel) -> None:
+    """Return once every rank of the group has called this (each does once its shard is
+    loaded); raise ModelLoadError when the group's load timeout passes first, or at once when
+    a rank has left the group (its load failed)."""
+    if tp.size == 1:
+        return
+    import torch.distributed as dist
+
+    try:
+        dist.barrier(group=tp.load_group)
+    except RuntimeError as exc:
+        raise ModelLoadError(
+            f"tensor-parallel rank {tp.rank} of {tp.size}: waiting for every rank to load its "
+            f"shard: {exc}"
+        ) from exc
 
 
 def leave_group(tp: TensorParallel) -> None:

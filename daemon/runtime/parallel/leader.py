@@ -8,6 +8,10 @@ made, on any rank. Nothing a follower decides on its own can leave a collective 
 which is how vLLM's "distributed draft workers generate no tokens" and idle-rank hangs cannot
 happen here.
 
+A group starts with a barrier that every rank reaches once its shard is loaded, bounded by a
+load timeout: the ranks load at their own pace, and a follower that is ready first must not
+spend the group's collective timeout waiting for rank 0's first command.
+
 While the engine is idle, a heartbeat sends no-ops so that followers waiting for the next
 command stay inside the group's timeout; a rank that dies makes the next call fail within that
 timeout, and every later call fail at once, with a ParallelGroupError naming the group.
@@ -24,7 +28,7 @@ from daemon.runtime.model.batch import ForwardBatch
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.parallel.channel import NOOP, STOP, Command, ParallelGroupError, send
-from daemon.runtime.parallel.group import TensorParallel, leave_group
+from daemon.runtime.parallel.group import TensorParallel, leave_group, wait_for_ranks
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,9 @@ class TensorParallelLM:
     supports_forks = True
 
     def __init__(self, model: LlamaForCausalLM, heartbeat_s: float | None = None) -> None:
+        # the followers wait for the first command within the group's timeout, counted from
+        # here: nothing is sent before every rank has loaded (ModelLoadError otherwise)
+        wait_for_ranks(model.tp)
         self.model = model
         self.tp: TensorParallel = model.tp
         self.vocab_size = model.vocab_size
