@@ -18,6 +18,7 @@ from daemon.runtime.sampling.random import (
     sample_sparse,
     uniform_noise,
 )
+from daemon.runtime.sampling.rejection import rejection_sample
 from tests.sampling.test_rejection_distribution import (
     MIN_P_VALUE,
     NUM_ROWS,
@@ -123,3 +124,51 @@ def test_coupled_alternatives_are_the_race_and_catch_the_verifiers_correction() 
     by_race = sum(verifier[r] in steps[r].alternatives[1:] for r in missed)
     by_likeliest = sum(verifier[r] in likeliest[r] for r in missed)
     assert by_race > 1.5 * by_likeliest, (by_race, by_likeliest, len(missed))
+
+
+def test_the_sampler_settles_the_bonus_itself_exactly_as_replacing_it_after() -> None:
+    """With bonus keys the torch sampler skips the residual where a token is already decided
+    (a sampled row's coupled bonus, a matched draft's own y); every token must be the one
+    sampling everything and then replacing the bonus gives. A mixed batch: greedy rows,
+    listed drafts with and without a tail, point-mass drafts (matched), 0..K drafts."""
+    gen = torch.Generator().manual_seed(5)
+    rows, max_k, vocab, listed = 96, 3, 300, 4
+    probs = torch.softmax(torch.randn(rows, max_k + 1, vocab, generator=gen) * 3.0, -1)
+    best = probs.argmax(-1)  # [B, K+1] peaky rows: drafts of the argmax are mostly accepted
+    noise = torch.randint(0, vocab, (rows, max_k), generator=gen)
+    likely = torch.rand(rows, 1, generator=gen) < 0.7
+    drafts = torch.where(likely, best[:, :max_k], noise)
+    num_draft = torch.randint(0, max_k + 1, (rows,), generator=gen)
+    drafts = torch.where(torch.arange(max_k) < num_draft.unsqueeze(-1), drafts, -1)
+    sparse_ids = torch.randint(0, vocab, (rows, max_k, listed), generator=gen)
+    sparse_ids[..., 0] = drafts.clamp(min=0)
+    sparse_ids[..., 1:] = (sparse_ids[..., 1:] + 1 + drafts.clamp(min=0).unsqueeze(-1)) % vocab
+    sparse_probs = torch.rand(rows, max_k, listed, generator=gen) * 0.2
+    kind = torch.randint(0, 3, (rows, 1), generator=gen)  # 0 listed, 1 listed + tail, 2 point
+    tail = torch.where(kind == 1, 0.1, 0.0).expand(rows, max_k).contiguous()
+    sparse_probs = torch.where((kind == 2).unsqueeze(-1), 0.0, sparse_probs)
+    # a tail draft: the draft token unlisted (its entry zero) under a non-zero tail
+    unlisted = (kind == 1) & (torch.rand(rows, max_k, generator=gen) < 0.3)
+    sparse_probs[..., 0] = torch.where(unlisted, 0.0, sparse_probs[..., 0])
+    is_greedy = torch.rand(rows, generator=gen) < 0.2
+    uniform = torch.rand(rows, max_k, generator=gen)
+    emit_uniform = torch.rand(rows, generator=gen, dtype=torch.float64)
+    seeds = list(range(rows))
+    position_keys = field_keys(
+        [s for s in seeds for _ in range(max_k)], [10 + j for _ in seeds for j in range(max_k)]
+    ).view(rows, max_k)
+    bonus_keys = field_keys(seeds, [10 + int(n) for n in num_draft])
+    args = (
+        drafts, num_draft, sparse_ids, sparse_probs, probs, is_greedy, uniform, emit_uniform,
+        tail, position_keys,
+    )  # fmt: skip
+    settled_out, settled_num = rejection_sample(*args, bonus_keys=bonus_keys)
+    out, num = rejection_sample(*args)
+    couple_bonus_tokens(out, num, num_draft, probs, is_greedy, bonus_keys)
+    assert torch.equal(settled_num, num)
+    assert torch.equal(settled_out, out)
+    sampled = ~is_greedy
+    stopped = num - 1 < num_draft
+    assert int((sampled & ~stopped & (num_draft > 0)).sum()) > 5  # bonuses after drafts
+    assert int((sampled & stopped).sum()) > 5  # corrections (residual or matched)
+    assert int((is_greedy & stopped).sum()) > 0

@@ -35,17 +35,34 @@ def couple_bonus_tokens(
 ) -> torch.Tensor:
     """Replaces the bonus token of every sampled row that accepted all its drafts with the
     field's Gumbel-max of p there; returns `output_token_ids`."""
+    num_accepted = num_output_tokens - 1
+    tokens = bonus_tokens(num_accepted, num_draft_tokens, target_probs, is_greedy, bonus_keys)
+    rows = (tokens >= 0).nonzero().flatten()  # [N]
+    if rows.numel():
+        output_token_ids[rows, num_accepted[rows]] = tokens[rows]
+    return output_token_ids
+
+
+def bonus_tokens(
+    num_accepted: torch.Tensor,  # [B] int64
+    num_draft_tokens: torch.Tensor,  # [B] int64
+    target_probs: torch.Tensor,  # [B, K+1, V] float32 (left as it was)
+    is_greedy: torch.Tensor,  # [B] bool
+    bonus_keys: torch.Tensor,  # [B] int64 the field key of each row's bonus position
+) -> torch.Tensor:
+    """[B] the field's Gumbel-max of p at the bonus position of every sampled row that
+    accepted all its drafts; -1 at the other rows, and where no token has any probability
+    (not a distribution: the caller's own sample stands there)."""
     num_seqs = target_probs.shape[0]
     if bonus_keys.shape != (num_seqs,):
         raise ValueError(f"bonus_keys must be [{num_seqs}], got {list(bonus_keys.shape)}")
     device = target_probs.device
-    is_bonus = (num_output_tokens - 1 == num_draft_tokens) & ~is_greedy.to(device)
+    num_accepted, num_draft_tokens = num_accepted.to(device), num_draft_tokens.to(device)
+    tokens = torch.full((num_seqs,), -1, dtype=torch.long, device=device)
+    is_bonus = (num_accepted == num_draft_tokens) & ~is_greedy.to(device)
     rows = is_bonus.nonzero().flatten()  # [N]
-    if not rows.numel():
-        return output_token_ids
-    at = num_draft_tokens[rows]  # [N] the bonus position in each row
-    tokens = gumbel_argmax_at(target_probs, rows, at, bonus_keys.to(device)[rows], are_probs=True)
-    # -1: no token has any probability (not a distribution); the inverse-CDF token stays
-    current = output_token_ids[rows, at]
-    output_token_ids[rows, at] = torch.where(tokens >= 0, tokens, current)
-    return output_token_ids
+    if rows.numel():
+        at = num_draft_tokens[rows]  # [N] the bonus position in each row
+        keys = bonus_keys.to(device)[rows]
+        tokens[rows] = gumbel_argmax_at(target_probs, rows, at, keys, are_probs=True)
+    return tokens

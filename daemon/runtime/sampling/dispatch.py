@@ -28,16 +28,10 @@ def rejection_sample_for_device(
     position_keys: torch.Tensor | None = None,  # [B, K] int64
     bonus_keys: torch.Tensor | None = None,  # [B] int64 field keys of the bonus positions
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    out, num_out = _rejection_sample(
+    return _rejection_sample(
         draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs, target_probs,
-        is_greedy, uniform, emit_uniform, draft_sparse_tail, position_keys,
+        is_greedy, uniform, emit_uniform, draft_sparse_tail, position_keys, bonus_keys,
     )  # fmt: skip
-    if bonus_keys is not None:
-        device = target_probs.device
-        couple_bonus_tokens(
-            out, num_out, num_draft_tokens.to(device), target_probs, is_greedy, bonus_keys
-        )
-    return out, num_out
 
 
 def _rejection_sample(
@@ -51,6 +45,7 @@ def _rejection_sample(
     emit_uniform: torch.Tensor,
     draft_sparse_tail: torch.Tensor | None,
     position_keys: torch.Tensor | None,
+    bonus_keys: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     has_tail = draft_sparse_tail is not None and bool((draft_sparse_tail > 0).any())
     if not has_tail:
@@ -76,16 +71,22 @@ def _rejection_sample(
 
         if rejection_triton.HAS_TRITON:
             device = target_probs.device
-            return rejection_triton.rejection_sample_triton(
+            out, num_out = rejection_triton.rejection_sample_triton(
                 *(None if t is None else t.to(device, non_blocking=True)
                   for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids,
                             draft_sparse_probs, target_probs, is_greedy, uniform,
                             emit_uniform))
             )  # fmt: skip
+            if bonus_keys is not None:  # the kernel samples every bonus: replaced here
+                couple_bonus_tokens(
+                    out, num_out, num_draft_tokens.to(device), target_probs, is_greedy,
+                    bonus_keys,
+                )  # fmt: skip
+            return out, num_out
     device = target_probs.device
     return rejection_sample(
         *(None if t is None else t.to(device, non_blocking=True)
           for t in (draft_token_ids, num_draft_tokens, draft_sparse_ids, draft_sparse_probs,
                     target_probs, is_greedy, uniform, emit_uniform, draft_sparse_tail,
-                    position_keys))
+                    position_keys, bonus_keys))
     )  # fmt: skip

@@ -54,6 +54,7 @@ import torch
 
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.checks import check_rejection_inputs
+from daemon.runtime.sampling.coupled_bonus import bonus_tokens
 from daemon.runtime.sampling.gumbel_field import gumbel_argmax_at
 from daemon.runtime.sampling.inverse_cdf import sample_inverse_cdf
 
@@ -75,6 +76,9 @@ def rejection_sample(
     # tail; with them a sampled row's point-mass drafts are matched (see above), without
     # tested as point masses
     position_keys: torch.Tensor | None = None,
+    # [B] int64 the field key of each row's bonus position: a sampled row's bonus is then the
+    # field's Gumbel-max of p there (coupled_bonus.py), not an inverse-CDF sample
+    bonus_keys: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns output_token_ids [B, K+1] int64 (accepted drafts, then the correction or bonus
     token, PLACEHOLDER_TOKEN_ID after) and num_output_tokens [B] int64 = accepted + 1."""
@@ -129,15 +133,21 @@ def rejection_sample(
     # [B] length of the accepted prefix, in [0, num_draft]
     num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)
 
-    token = _emitted_token(
-        drafts, num_draft_tokens, num_accepted, sparse, target_probs, target_argmax,
-        is_greedy, emit_uniform,
-    )  # fmt: skip
-    # stopped at a matched draft, or at an accepted class U, whose token differs: y stands
+    # [B] a token decided without the residual, -1 elsewhere: the verifier's own y where the
+    # round stopped at a matched draft or at an accepted class U whose token differs; the
+    # coupled bonus where a sampled row accepted every draft
+    settled = torch.full_like(num_accepted, -1)
     if coupled is not None:
         at = num_accepted.clamp(max=max_k - 1).unsqueeze(-1)  # [B, 1]
         forced = coupled.gather(1, at).squeeze(1)  # [B]
-        token = torch.where((num_accepted < num_draft_tokens) & (forced >= 0), forced, token)
+        settled = torch.where(num_accepted < num_draft_tokens, forced, settled)
+    if bonus_keys is not None:
+        bonus = bonus_tokens(num_accepted, num_draft_tokens, target_probs, is_greedy, bonus_keys)
+        settled = torch.where(bonus >= 0, bonus, settled)
+    token = _emitted_token(
+        drafts, num_draft_tokens, num_accepted, sparse, target_probs, target_argmax,
+        is_greedy, emit_uniform, settled,
+    )  # fmt: skip
     return _assemble(draft_token_ids, num_accepted, token)
 
 
@@ -288,25 +298,35 @@ def _emitted_token(
     target_argmax: torch.Tensor | None,  # [B, K+1]; None: no greedy row
     is_greedy: torch.Tensor,  # [B]
     emit_uniform: torch.Tensor,  # [B] float64
+    settled: torch.Tensor,  # [B] the token where it is already decided, else -1
 ) -> torch.Tensor:
-    """The correction (first rejection) or bonus (all accepted) token [B] at num_accepted."""
-    num_seqs = drafts.shape[0]
-    rows = torch.arange(num_seqs, device=drafts.device)
-    # [B, V] the target's distribution at each row's emit position (a copy: ours to overwrite)
-    p = target_probs[rows, num_accepted]
+    """The correction (first rejection) or bonus (all accepted) token [B] at num_accepted.
+    The residual is built and sampled only for the sampled rows whose token is not settled:
+    each is a pass over the vocabulary."""
+    token = settled.clone()
+    if target_argmax is not None:  # greedy rows emit the argmax
+        greedy = target_argmax.gather(1, num_accepted.unsqueeze(-1)).squeeze(-1)
+        token = torch.where(is_greedy, greedy, token)
+    rows = ((settled < 0) & ~is_greedy).nonzero().flatten()  # [E]
+    if not rows.numel():
+        return token
+    at = num_accepted[rows]  # [E]
+    # [E, V] the target's distribution at each row's emit position (a copy: ours to overwrite)
+    p = target_probs[rows, at]
     # rejected: sample norm(max(0, p - q)); bonus: q == 0 there, so this is p itself.
-    residual = _residual_in_place(p, drafts, num_draft, num_accepted, sparse)
+    residual = _residual_in_place(p, drafts[rows], num_draft[rows], at, _rows_of(sparse, rows))
     # p == q leaves nothing: fall back to p (cannot happen when x ~ q, kept for safety)
-    is_empty = residual.amax(dim=-1) <= 0  # [B]
+    is_empty = residual.amax(dim=-1) <= 0  # [E]
     if bool(is_empty.any()):
-        residual[is_empty] = target_probs[rows[is_empty], num_accepted[is_empty]]
-    if target_argmax is None:
-        return sample_inverse_cdf(residual, emit_uniform)  # [B]
-    # greedy rows' targets are only read for their argmax: give them a valid distribution
-    residual[is_greedy] = 1.0
-    sampled = sample_inverse_cdf(residual, emit_uniform)  # [B]
-    greedy = target_argmax.gather(1, num_accepted.unsqueeze(-1)).squeeze(-1)
-    return torch.where(is_greedy, greedy, sampled)
+        residual[is_empty] = target_probs[rows[is_empty], at[is_empty]]
+    token[rows] = sample_inverse_cdf(residual, emit_uniform[rows])
+    return token
+
+
+def _rows_of(sparse: _Sparse | None, rows: torch.Tensor) -> _Sparse | None:
+    if sparse is None:
+        return None
+    return _Sparse(sparse.ids[rows], sparse.probs[rows], sparse.tail[rows])
 
 
 def _residual_in_place(
