@@ -2,6 +2,8 @@
 
 import random
 
+import torch
+
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
 from daemon.runtime.engine.cost_model import CostModel, batch_bucket
@@ -298,3 +300,31 @@ def test_adaptive_at_its_ceiling_still_measures_shorter_lengths() -> None:
     est = _trained(ctl, 8)  # everything accepted: the ceiling, 4, is best
     ks = [ctl.choose([est], [4])[0] for _ in range(16)]
     assert ks.count(4) == 14 and sorted(set(ks)) == [3, 4]
+
+
+def test_pack_records_lays_out_point_masses_and_ragged_sparse_draws() -> None:
+    from daemon.runtime.proposers.drafts import DraftRecord, SparseDraw, pack_records
+    from daemon.runtime.sampling.quantized import PROPOSAL_TOTAL
+
+    a, b, c = DraftRecord(), DraftRecord(), DraftRecord()
+    a.append(5, SparseDraw(torch.tensor([5, 9, 2]), torch.tensor([1000, 24000, 7000]), 768), [5])
+    a.append(7, None, [7])  # a point mass
+    a.append(3, SparseDraw(torch.tensor([3]), torch.tensor([PROPOSAL_TOTAL]), 0), [3])
+    b.append(11, None, [11])
+    # c drafts nothing
+    proposals = pack_records([a, b, c])
+    assert proposals.draft_token_ids.tolist() == [[5, 7, 3], [11, -1, -1], [-1, -1, -1]]
+    assert proposals.num_draft_tokens == [3, 1, 0]
+    assert proposals.sparse_ids is not None and proposals.sparse_probs is not None
+    assert proposals.sparse_tail is not None
+    assert proposals.sparse_ids.shape == (3, 3, 3)
+    assert proposals.sparse_ids[0].tolist() == [[5, 9, 2], [0, 0, 0], [3, 0, 0]]
+    total = float(PROPOSAL_TOTAL)
+    assert proposals.sparse_probs[0].tolist() == [
+        [1000 / total, 24000 / total, 7000 / total],
+        [0.0, 0.0, 0.0],
+        [1.0, 0.0, 0.0],
+    ]
+    assert proposals.sparse_tail.tolist() == [[768 / total, 0.0, 0.0], [0.0] * 3, [0.0] * 3]
+    assert not proposals.sparse_probs[1:].any() and not proposals.sparse_ids[1:].any()
+    assert pack_records([b]).sparse_ids is None  # point masses only: no sparse tensors

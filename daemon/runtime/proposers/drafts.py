@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from daemon.runtime.proposers.base import (
     PLACEHOLDER_TOKEN_ID,
@@ -131,20 +132,29 @@ def pack_records(records: list[DraftRecord]) -> Proposals:
     max_k = max((len(r) for r in records), default=0)
     padded = [r.tokens + [PLACEHOLDER_TOKEN_ID] * (max_k - len(r)) for r in records]
     drafts = torch.tensor(padded, dtype=torch.long).reshape(num_rows, max_k)  # [B, K]
-    widths = [int(s.ids.shape[0]) for r in records for s in r.sparse if s is not None]
+    # every sampled draft's (row, position, draw): written with one indexed store per tensor
+    # (a store per draft costs ~10 us of torch overhead each, 64 of them at B = 16, k = 4)
+    draws = [
+        (row, pos, sparse)
+        for row, record in enumerate(records)
+        for pos, sparse in enumerate(record.sparse)
+        if sparse is not None
+    ]
     sparse_ids = sparse_probs = sparse_tail = None
-    if widths:
-        sparse_ids = torch.zeros((num_rows, max_k, max(widths)), dtype=torch.long)  # [B, K, S]
-        sparse_probs = torch.zeros((num_rows, max_k, max(widths)))  # [B, K, S]
+    if draws:
+        rows = torch.tensor([row for row, _, _ in draws])  # [E]
+        positions = torch.tensor([pos for _, pos, _ in draws])  # [E]
+        # [E, S] padded with id 0 and count 0 (probability 0: padding)
+        ids = pad_sequence([d.ids for _, _, d in draws], batch_first=True)
+        counts = pad_sequence([d.counts for _, _, d in draws], batch_first=True)
+        width = ids.shape[-1]
+        sparse_ids = torch.zeros((num_rows, max_k, width), dtype=torch.long)  # [B, K, S]
+        sparse_probs = torch.zeros((num_rows, max_k, width))  # [B, K, S]
         sparse_tail = torch.zeros((num_rows, max_k))  # [B, K]
-        for row, record in enumerate(records):
-            for pos, sparse in enumerate(record.sparse):
-                if sparse is None:
-                    continue
-                width = int(sparse.ids.shape[0])
-                sparse_ids[row, pos, :width] = sparse.ids
-                sparse_probs[row, pos, :width] = counts_to_probs(sparse.counts)
-                sparse_tail[row, pos] = sparse.tail / PROPOSAL_TOTAL  # exact in float32
+        sparse_ids[rows, positions] = ids
+        sparse_probs[rows, positions] = counts_to_probs(counts)
+        tails = torch.tensor([d.tail for _, _, d in draws], dtype=torch.float32)  # [E]
+        sparse_tail[rows, positions] = tails / PROPOSAL_TOTAL  # exact in float32
     return Proposals(
         draft_token_ids=drafts,
         num_draft_tokens=[len(r) for r in records],
