@@ -973,7 +973,81 @@ static int cpu_ok(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+/* The k largest of a stream of (value, index) pairs: a min-heap of at most k, its smallest
+ * at 0, so each later pair costs one comparison unless it enters. */
+typedef struct {
+    float v;
+    int64_t i;
+} TopItem;
+
+static void top_sift_down(TopItem *h, int64_t n, int64_t at)
+{
+    for (;;) {
+        const int64_t l = 2 * at + 1, r = l + 1;
+        int64_t m = at;
+        if (l < n && h[l].v < h[m].v) m = l;
+        if (r < n && h[r].v < h[m].v) m = r;
+        if (m == at) return;
+        const TopItem t = h[at];
+        h[at] = h[m];
+        h[m] = t;
+        at = m;
+    }
+}
+
+/* Offers (v, i) to the heap h of n items (at most k); returns its new size. */
+static int64_t top_offer(TopItem *h, int64_t n, int64_t k, float v, int64_t i)
+{
+    if (n < k) {
+        int64_t at = n;
+        h[at] = (TopItem){v, i};
+        while (at > 0 && h[(at - 1) / 2].v > h[at].v) {
+            const TopItem t = h[at];
+            h[at] = h[(at - 1) / 2];
+            h[(at - 1) / 2] = t;
+            at = (at - 1) / 2;
+        }
+        return n + 1;
+    }
+    if (v > h[0].v) {
+        h[0] = (TopItem){v, i};
+        top_sift_down(h, n, 0);
+    }
+    return n;
+}
+
+/* The k largest entries of one row of V floats, largest first, into out_v / out_i, from the
+ * row's maxima of every 64 entries (nb = ceil(V / 64) floats): the k blocks with the largest
+ * maxima hold them all (an entry among the k largest lies in a block whose max is at least
+ * the k-th largest value, and at most k blocks have such a max). blocks, best: k items each.
+ * Returns 0 (nothing written) where a NaN was seen. */
+static int top_k_row(const float *x, int64_t V, int64_t k, const float *bmax, TopItem *blocks,
+                     TopItem *best, float *out_v, int64_t *out_i)
+{
+    const int64_t nb = (V + 63) / 64, kb = k < nb ? k : nb;
+    int64_t n = 0, m = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (bmax[b] != bmax[b]) return 0;
+        n = top_offer(blocks, n, kb, bmax[b], b);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t start = blocks[j].i * 64, end = start + 64 < V ? start + 64 : V;
+        for (int64_t i = start; i < end; i++) {
+            if (x[i] != x[i]) return 0;
+            m = top_offer(best, m, k, x[i], i);
+        }
+    }
+    for (int64_t j = m - 1; j >= 0; j--) { /* the smallest out first: fill from the end */
+        out_v[j] = best[0].v;
+        out_i[j] = best[0].i;
+        best[0] = best[j];
+        top_sift_down(best, j, 0);
+    }
+    return m == k;
+}
+
 #endif /* NATIVE_X86 */
+
 
 /* The entry points' answer where the extension was built without the x86-64 kernels. */
 __attribute__((unused)) static PyObject *not_built(const char *name)
@@ -1217,6 +1291,55 @@ static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize
 #endif
 }
 
+/* top_k(x_ptr, ld, rows, V, k, maxima_ptr, ldm, out_values_ptr, out_ids_ptr): the k largest
+ * entries of each float32 row of x (ld floats apart), largest first, into out_values [rows, k]
+ * floats and out_ids [rows, k] int64. maxima_ptr 0: the rows' maxima of every 64 entries are
+ * found here; else float32 block maxima, row r at maxima + r * ldm. False (the outputs
+ * incomplete) where a row holds a NaN: the caller's torch.topk decides those. */
+static PyObject *top_k_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[9];
+    if (!int_args(args, nargs, 9, 9, "top_k", v)) return NULL;
+#ifdef NATIVE_X86
+    const float *x = (const float *)(intptr_t)v[0];
+    const int64_t ld = v[1], rows = v[2], V = v[3], k = v[4], ldm = v[6];
+    const float *maxima = (const float *)(intptr_t)v[5];
+    float *out_v = (float *)(intptr_t)v[7];
+    int64_t *out_i = (int64_t *)(intptr_t)v[8];
+    if (k < 1 || k > V) {
+        PyErr_Format(PyExc_ValueError, "top_k: k = %lld out of [1, %lld]", v[4], v[3]);
+        return NULL;
+    }
+    const int64_t nb = (V + 63) / 64;
+    TopItem *heaps = malloc((size_t)(2 * k) * sizeof(TopItem));
+    float *own = maxima ? NULL : malloc((size_t)nb * sizeof(float));
+    if (!heaps || (!maxima && !own)) {
+        free(heaps);
+        free(own);
+        return PyErr_NoMemory();
+    }
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t r = 0; r < rows && ok; r++) {
+        const float *row = x + r * ld;
+        const float *bmax = maxima + r * ldm;
+        if (!maxima) { /* NaN where a block holds one: the row is refused */
+            for (int64_t b = 0; b < nb; b++) {
+                own[b] = max_of(row + b * 64, (b + 1) * 64 < V ? 64 : V - b * 64);
+            }
+            bmax = own;
+        }
+        ok = top_k_row(row, V, k, bmax, heaps, heaps + k, out_v + r * k, out_i + r * k);
+    }
+    Py_END_ALLOW_THREADS
+    free(heaps);
+    free(own);
+    return PyBool_FromLong(ok);
+#else
+    return not_built("top_k");
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
@@ -1239,6 +1362,9 @@ static PyMethodDef methods[] = {
      "softmax_(x, ld, rows, vocab, inv_temps, maxima, ldm, out_maxima): rows of x become "
      "softmax(x * inv_t) in place, with their block maxima into out_maxima (or 0); False "
      "(nothing written) where a row's max is not finite."},
+    {"top_k", (PyCFunction)(void (*)(void))top_k_native, METH_FASTCALL,
+     "top_k(x, ld, rows, vocab, k, maxima, ldm, out_values, out_ids): the k largest entries "
+     "of each row, largest first, through the rows' block maxima; False where a NaN was seen."},
     {NULL, NULL, 0, NULL},
 };
 
