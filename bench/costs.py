@@ -39,24 +39,26 @@ def pass_seconds(
     gen = torch.Generator().manual_seed(0)
     models = list({id(model): model for model, _ in passes}.values())
     chunks = []
-    with torch.inference_mode():
+    times: list[list[float]] = [[] for _ in passes]
+    try:
+        with torch.inference_mode():
+            for model in models:
+                context = torch.randint(0, model.vocab_size, (batch, CONTEXT_LEN), generator=gen)
+                model.forward(ForwardBatch(slots, context.tolist(), [0] * batch, LogitsMode.NONE))
+            for model, num_tokens in passes:
+                chunk = torch.randint(0, model.vocab_size, (batch, num_tokens), generator=gen)
+                start_positions = [CONTEXT_LEN] * batch
+                chunks.append(ForwardBatch(slots, chunk.tolist(), start_positions, LogitsMode.ALL))
+            for _ in range(repeats + 2):  # the first two: warm-up
+                for (model, _), chunk, seen in zip(passes, chunks, times, strict=True):
+                    start = time.perf_counter()
+                    model.forward(chunk)
+                    synchronize(model.device)
+                    seen.append(time.perf_counter() - start)
+    finally:  # a pass that raised leaves the models' slots free for what runs next
         for model in models:
-            context = torch.randint(0, model.vocab_size, (batch, CONTEXT_LEN), generator=gen)
-            model.forward(ForwardBatch(slots, context.tolist(), [0] * batch, LogitsMode.NONE))
-        for model, num_tokens in passes:
-            chunk = torch.randint(0, model.vocab_size, (batch, num_tokens), generator=gen)
-            start_positions = [CONTEXT_LEN] * batch
-            chunks.append(ForwardBatch(slots, chunk.tolist(), start_positions, LogitsMode.ALL))
-        times: list[list[float]] = [[] for _ in passes]
-        for _ in range(repeats + 2):  # the first two: warm-up
-            for (model, _), chunk, seen in zip(passes, chunks, times, strict=True):
-                start = time.perf_counter()
-                model.forward(chunk)
-                synchronize(model.device)
-                seen.append(time.perf_counter() - start)
-    for model in models:
-        for slot in slots:
-            model.free_slot(slot)
+            for slot in slots:
+                model.free_slot(slot)
     return [sorted(seen[2:])[repeats // 2] for seen in times]
 
 

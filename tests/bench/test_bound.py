@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from bench.costs import (
@@ -78,3 +79,23 @@ def test_pass_seconds_times_the_passes_round_robin(tmp_path: Path) -> None:
     assert log[:2] == [("target", CONTEXT_LEN), ("draft", CONTEXT_LEN)]
     assert log[2:] == [("target", 1), ("target", 5), ("draft", 1)] * (3 + 2)  # 2 warm-ups
     assert forward_seconds(target, 3, batch=2, repeats=1) > 0  # and measures again after
+
+
+class _FailingAt5(_Recording):
+    def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
+        if batch.max_chunk_len == 5:
+            raise RuntimeError("a pass that fails")
+        return super().forward(batch)
+
+    def free_slot(self, slot: int) -> None:
+        self._log.append(("free", slot))
+        self._model.free_slot(slot)
+
+
+def test_a_pass_that_raises_still_frees_the_slots(tmp_path: Path) -> None:
+    checkpoint = make_tiny_checkpoint(tmp_path / "m", with_tokenizer=False)
+    log: list[tuple[str, int]] = []
+    target = _FailingAt5("target", load_model(checkpoint, num_slots=2), log)
+    with pytest.raises(RuntimeError, match="a pass that fails"):
+        pass_seconds([(target, 1), (target, 5)], batch=2, repeats=1)  # type: ignore[list-item]
+    assert log[-2:] == [("free", 0), ("free", 1)]
