@@ -1048,7 +1048,6 @@ static int top_k_row(const float *x, int64_t V, int64_t k, const float *bmax, To
 
 #endif /* NATIVE_X86 */
 
-
 /* The entry points' answer where the extension was built without the x86-64 kernels. */
 __attribute__((unused)) static PyObject *not_built(const char *name)
 {

@@ -42,9 +42,11 @@ Proposal convention (q, per sequence b and position j):
 Randomness comes in as tensors (see `random.py`): `uniform[b, j]` for the accept test at
 position j, and one float64 `emit_uniform[b]` for the token emitted after the accepted prefix,
 drawn by the inverse CDF of its distribution (`inverse_cdf.py`): one number per sequence
-whatever the vocabulary size, used once, at whichever position the sequence stops. (The engine
-then replaces a sampled row's bonus by the Gumbel-max of its position's field, which the
-drafter can guess: coupled_bonus.py, called by dispatch.py.)
+whatever the vocabulary size, used once, at whichever position the sequence stops. With
+`bonus_keys` (the engine's calls) a sampled row's bonus is instead the Gumbel-max of its
+position's field, which the drafter can guess (coupled_bonus.py). A token settled that way, or
+by a matched draft's own y, is never drawn from a residual: that is a pass over the vocabulary
+per row, only for the rows that need it.
 A batch of greedy rows only reads the target's argmax.
 """
 
