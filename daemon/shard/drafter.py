@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from daemon.runtime.errors import ModelLoadError
-from daemon.runtime.parallel.group import TensorParallel, init_group, leave_group, pick_address
+from daemon.runtime.parallel.group import TensorParallel, init_group, left_on_failure, pick_address
 from daemon.runtime.parallel.leader import close_leader
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.remote.builder import DraftServerSpec, build_draft_proposer
@@ -41,7 +41,7 @@ class DrafterShard:
     def _build(self, progress: Progress) -> DraftServer:
         spec = self.spec
         tp = self._join_group()
-        try:
+        with left_on_failure(tp):
             proposer = build_draft_proposer(
                 DraftServerSpec(
                     draft=Path(spec.draft_dir) if spec.draft_dir else None,
@@ -63,10 +63,6 @@ class DrafterShard:
                         f"draft {spec.draft_dir} has a vocabulary of {vocab_size}, the verifier's "
                         f"target {spec.target_vocab_size}: they need the same tokenizer"
                     )
-        except BaseException:
-            if tp is not None:  # the other ranks learn at once that this one will not lead
-                leave_group(tp)
-            raise
         what = spec.draft_dir or "n-gram lookup"
         logger.info("drafter ready on %s (%s)", self.context.node_name, what)
         return DraftServer(proposer)

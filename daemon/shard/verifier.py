@@ -28,7 +28,7 @@ from daemon.runtime.errors import (
     RequestError,
     SpecError,
 )
-from daemon.runtime.parallel.group import TensorParallel, init_group, leave_group, pick_address
+from daemon.runtime.parallel.group import TensorParallel, init_group, left_on_failure, pick_address
 from daemon.runtime.parallel.leader import close_leader
 from daemon.runtime.remote.options import RemoteMode, RemoteOptions
 from daemon.runtime.remote.remote_proposer import RemoteProposer
@@ -117,7 +117,7 @@ class VerifierShard:
             draft_sparse_mass=spec.sparse_mass,
         )
         tp = self._join_group()
-        try:
+        with left_on_failure(tp):
             built = build_engine(
                 EngineSpec(
                     target=Path(spec.target_dir),
@@ -135,10 +135,6 @@ class VerifierShard:
                 ),
                 _summed(progress),
             )
-        except BaseException:
-            if tp is not None:  # the other ranks learn at once that this one will not lead
-                leave_group(tp)
-            raise
         loop = EngineLoop(built.engine, self._collect, max_waiting=spec.max_waiting)
         loop.start()
         logger.info("verifier ready on %s (%s)", self.context.node_name, spec.target_dir)

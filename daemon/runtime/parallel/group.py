@@ -1,7 +1,9 @@
 """A tensor-parallel group: this rank, the group's size, and the process group that carries its
 collectives (gloo on CPU, NCCL on GPU), every collective bounded by the group's timeout."""
 
+import contextlib
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -110,6 +112,18 @@ def wait_for_ranks(tp: TensorParallel) -> None:
             f"tensor-parallel rank {tp.rank} of {tp.size}: waiting for every rank to load its "
             f"shard: {exc}"
         ) from exc
+
+
+@contextlib.contextmanager
+def left_on_failure(tp: TensorParallel | None) -> Iterator[None]:
+    """Leave `tp`'s group (if any) when the block raises: the other ranks, waiting for every
+    rank to load (`wait_for_ranks`), then fail at once instead of at the load timeout."""
+    try:
+        yield
+    except BaseException:
+        if tp is not None:
+            leave_group(tp)
+        raise
 
 
 def leave_group(tp: TensorParallel) -> None:
