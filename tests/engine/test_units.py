@@ -166,6 +166,42 @@ def test_cost_model_fits_draft_intercept_and_resists_outliers() -> None:
     assert abs((costs.round_cost(1, 0) or 0) - 0.006) < 1e-12  # verify + overhead, no draft
 
 
+def test_cost_model_follows_the_machines_speed_across_lengths() -> None:
+    """T = 2 measured in a fast spell, then only T = 1 in a slow one (1.5x): T = 2 is priced
+    at the slow spell's speed too, not at the fast spell's seconds. A steady machine keeps
+    the speed at exactly 1, and a lone slow pass does not move it."""
+    costs = CostModel()
+    for _ in range(4):
+        costs.record_verify(16, 1, 0.040)
+        costs.record_verify(16, 2, 0.072)
+    assert costs.speed == 1.0
+    costs.record_verify(16, 1, 0.400)  # one pass 10x slower
+    assert costs.speed == 1.0 and costs.verify_cost(16, 1) == 0.040
+    for _ in range(12):
+        costs.record_verify(16, 1, 0.060)
+    assert abs(costs.speed - 1.5) < 1e-12
+    assert abs((costs.verify_cost(16, 1) or 0) - 0.060) < 1e-12
+    assert abs((costs.verify_cost(16, 2) or 0) - 0.108) < 1e-12  # 0.072 at the old speed
+    for _ in range(5):  # back to the first speed: T = 1 alone brings T = 2 back with it
+        costs.record_verify(16, 1, 0.040)
+    assert abs((costs.verify_cost(16, 2) or 0) - 0.072) < 1e-12
+
+
+def test_adaptive_does_not_draft_on_a_cost_measured_in_a_faster_spell() -> None:
+    """Batch 16, a pass of 2 tokens costs 1.8x a pass of 1 (compute bound) and a draft is
+    accepted 60% of the time: drafting one token emits 1.6 tokens for 1.8x the cost, so plain
+    decoding pays. T = 2 was measured while the machine ran 1.5x faster than now; comparing
+    its old seconds with T = 1's new ones (1.2x) made drafting look like 1.33x plain."""
+    ctl = _costed(1e-9, {}, batch=16)
+    for _ in range(4):
+        ctl.costs.record_verify(16, 1, 0.040)
+        ctl.costs.record_verify(16, 2, 0.072)
+    for _ in range(12):
+        ctl.costs.record_verify(16, 1, 0.060)
+    probs = [[0.6, 0.0]] * 16
+    assert ctl._best_k(probs, [1] * 16) == 0
+
+
 def test_adaptive_counts_fixed_overhead_in_favour_of_longer_rounds() -> None:
     """Per-position acceptance 0.8: without the 3 ms fixed cost per round k = 2 is best
     (2.44 tokens / 9 ms); with it, k = 3 amortises the overhead better (2.95 / 14 ms)."""

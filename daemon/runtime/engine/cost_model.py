@@ -7,11 +7,25 @@
   first step's set-up); a flat per-step average would charge it k times too few or too many.
 - verify(B, T): the median of recent passes of T tokens per sequence (robust to the odd slow
   pass: a first pass of a shape, a collection, a neighbour on the core), interpolated
-  linearly in T between measured lengths.
+  linearly in T between measured lengths, times the machine's current speed (below).
 - overhead(B): the median time per round outside the forward passes (scheduling, sampling,
   bookkeeping). It is the same whatever k, so it favours longer rounds; leaving it out makes
   short rounds look cheaper than they are.
 Batch sizes are grouped by powers of two.
+
+The machine's speed drifts (a shared core, clocks, a neighbour's memory traffic): on the
+2-core bench machine a batch-16 pass of the wide target cost 45 ms in one minute and 60 ms a
+few minutes later. A length the controller stopped choosing keeps the samples of the
+spell it was measured in, while the length it runs follows the drift, so the two were
+compared across spells: T = 2 measured fast (87 ms) against T = 1 measured slow (61 ms)
+priced drafting one token at 1.4x a plain pass where it cost 2x, and the controller drafted
+at a loss until T = 2's samples turned over. So every verify sample is stored divided by the
+speed it ran at, and predictions multiply by the current speed. The speed is the median of
+the last NUM_SPEED_RATIOS ratios of a pass's seconds to its own (batch bucket, length)
+median, counted once that length has MIN_SPEED_REFERENCE samples: a steady machine keeps it
+at exactly 1, a lone slow pass does not move it, and a lasting change moves it within
+about half the window. It scales every verify length alike, so the choice between lengths
+follows the cost curve's shape, measured whenever each length was.
 """
 
 import statistics
@@ -20,6 +34,8 @@ from dataclasses import dataclass, field
 
 NUM_RECENT = 16  # samples kept per (bucket, T) and per bucket for overhead
 NUM_RECENT_DRAFT = 32  # (k, seconds) samples kept per bucket for the draft line
+NUM_SPEED_RATIOS = 9  # recent passes whose ratio to their own median gives the speed
+MIN_SPEED_REFERENCE = 3  # samples a (bucket, length) needs before its passes give a ratio
 
 
 def batch_bucket(batch_size: int) -> int:
@@ -38,8 +54,10 @@ def _median(samples: deque[float]) -> float:
 class CostModel:
     # bucket -> recent (k, seconds) of drafting rounds
     draft_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
-    # bucket -> T -> recent seconds of verify passes
+    # bucket -> T -> recent seconds of verify passes, each divided by the speed it ran at
     verify_samples: dict[int, dict[int, deque[float]]] = field(default_factory=dict)
+    # recent ratios of a verify pass's seconds to its (bucket, T) median: the machine's speed
+    speed_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=NUM_SPEED_RATIOS))
     # bucket -> recent seconds per round outside forward passes
     overhead_samples: dict[int, deque[float]] = field(default_factory=dict)
 
@@ -52,13 +70,26 @@ class CostModel:
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
         per_len = self.verify_samples.setdefault(batch_bucket(batch_size), {})
-        per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT)).append(seconds)
+        samples = per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT))
+        if len(samples) >= MIN_SPEED_REFERENCE:
+            reference = _median(samples)
+            if reference > 0.0:
+                self.speed_ratios.append(seconds / reference)
+        samples.append(seconds / self.speed)
 
     def record_overhead(self, batch_size: int, seconds: float) -> None:
         key = batch_bucket(batch_size)
         self.overhead_samples.setdefault(key, deque(maxlen=NUM_RECENT)).append(seconds)
 
     # -- queries ----------------------------------------------------------------------------
+    @property
+    def speed(self) -> float:
+        """Seconds a verify pass takes now over what its samples say (1: as measured), once
+        MIN_SPEED_REFERENCE ratios are in: before that, one odd pass would be all of it."""
+        if len(self.speed_ratios) < MIN_SPEED_REFERENCE:
+            return 1.0
+        return statistics.median(self.speed_ratios)
+
     @property
     def has_any_verify(self) -> bool:
         return bool(self.verify_samples)
@@ -132,7 +163,8 @@ class CostModel:
     def _verify_table(self, bucket: int) -> dict[int, float]:
         if bucket not in self.verify_samples:
             bucket = _nearest_key(self.verify_samples, bucket)
-        return {t: _median(s) for t, s in self.verify_samples[bucket].items()}
+        speed = self.speed
+        return {t: _median(s) * speed for t, s in self.verify_samples[bucket].items()}
 
 
 def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
