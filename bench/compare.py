@@ -8,17 +8,19 @@ speculation when its virtualenv is installed (bench/setup_vllm_venv.sh).
 
 import json
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from bench.costs import pass_seconds, speedup_bound
+from bench.costs import end_to_end_bound, pass_seconds, speedup_bound
 from bench.machine import describe_machine
 from bench.peers.result import PeerResult
 from bench.spec_engine import RunResult, RunSpec, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
+from daemon.runtime.engine.graphs_ahead import GraphCapture
 from daemon.runtime.model.protocol import CausalLM
 
 SHAPE_DESCRIPTIONS = {
@@ -213,6 +215,16 @@ def add_ratios(rows: list[Row]) -> None:
         r.ratio = r.tokens_per_s / ref if ref else None
 
 
+def capture_note(captures: list[GraphCapture]) -> str:
+    """What the engines captured as CUDA graphs before their first requests."""
+    seconds = sorted(c.seconds for c in captures)
+    return (
+        f"CUDA graphs captured at engine start by {len(captures)} engines: "
+        f"{min(c.num_graphs for c in captures)}-{max(c.num_graphs for c in captures)} graphs "
+        f"each, in {seconds[0]:.2f}-{seconds[-1]:.2f} s (median {statistics.median(seconds):.2f} s)"
+    )
+
+
 def run_bench(cfg: BenchConfig) -> dict[str, object]:
     """Every engine on one target shape; the report as a dict (see write_report)."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
@@ -234,6 +246,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
     if cfg.peers:
         more, notes = peer_rows(cfg, code)
         rows += more
+    if bench.graph_captures:
+        notes.append(capture_note(bench.graph_captures))
     add_ratios(rows)
     # the analytic bound models batch 1; the outputs are compared at the smallest concurrency
     lowest = min(cfg.concurrencies)
@@ -265,12 +279,15 @@ def batch1_bound(bench: SpecBench, cfg: BenchConfig, runs: list[RunResult]) -> d
     # The bound models decoding; the runs' wall time also holds their prompts' prefill, the
     # same work in both (about a third of a batch-1 speculative run on the wide target).
     decode = (plain.wall_s - plain.prefill_time_s) / (fixed.wall_s - fixed.prefill_time_s)
+    end_to_end = end_to_end_bound(plain.wall_s, plain.prefill_time_s, bound.speedup)
     return {
         **asdict(bound),
         "cost_ratio": bound.cost_ratio,
         "speedup_bound": bound.speedup,
         "measured_speedup": measured,
         "efficiency": measured / bound.speedup,
+        "end_to_end_bound": end_to_end,
+        "end_to_end_efficiency": measured / end_to_end,
         "measured_decode_speedup": decode,
         "decode_efficiency": decode / bound.speedup,
         "prefill_share": fixed.prefill_time_s / fixed.wall_s,

@@ -88,6 +88,14 @@ class SpeedupBound:
         return expected_tokens_per_round(self.acceptance, self.k) * self.target_step_s / round_cost
 
 
+def end_to_end_bound(wall_s: float, prefill_s: float, decode_speedup: float) -> float:
+    """The speedup of a whole run (Amdahl) when only its decoding, wall_s - prefill_s of
+    target-only's run, goes decode_speedup times faster and its prefill does not. Prefill is
+    compute bound on a CPU, so beside a weight-read-bound decode step it costs (per token)
+    far more than it would on a GPU, and it caps what the run as a whole can gain."""
+    return wall_s / (prefill_s + (wall_s - prefill_s) / decode_speedup)
+
+
 def speedup_bound(target: CausalLM, draft: CausalLM, acceptance: float, k: int) -> SpeedupBound:
     target_step, verify, draft_step = pass_seconds([(target, 1), (target, k + 1), (draft, 1)])
     return SpeedupBound(

@@ -74,6 +74,11 @@ def _print_bound(b: dict[str, Any], console: Console) -> None:
         f"expected speedup (1-a^(k+1))/(1-a) / round cost = {b['speedup_bound']:.2f}x; "
         f"measured {b['measured_speedup']:.2f}x; efficiency {b['efficiency']:.2f}"
     )
+    if "end_to_end_bound" in b:
+        console.print(
+            f"  end to end (target-only's prefill as it ran, its decoding at the bound): "
+            f"bound {b['end_to_end_bound']:.2f}x; efficiency {b['end_to_end_efficiency']:.2f}"
+        )
     if "measured_decode_speedup" in b:
         console.print(
             f"  decoding alone (the runs' wall time less their prefill, "

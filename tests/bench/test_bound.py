@@ -8,6 +8,7 @@ import torch
 from bench.costs import (
     CONTEXT_LEN,
     SpeedupBound,
+    end_to_end_bound,
     expected_tokens_per_round,
     forward_seconds,
     pass_seconds,
@@ -49,6 +50,13 @@ def test_speedup_bound() -> None:
     # 1.75 tokens per round of 2 ms drafting + 10 ms verifying, against 10 ms per token.
     assert abs(bound.speedup - 1.75 * 10 / 12) < 1e-12
     assert bound.cost_ratio == 10.0
+
+
+def test_end_to_end_bound_speeds_up_decoding_only() -> None:
+    # 10 s of target-only: 3 s prefill, 7 s decoding at 2x -> 3 + 3.5 s.
+    assert abs(end_to_end_bound(10.0, 3.0, 2.0) - 10.0 / 6.5) < 1e-12
+    assert end_to_end_bound(10.0, 0.0, 2.0) == 2.0  # no prefill: the decode bound itself
+    assert abs(end_to_end_bound(10.0, 2.5, 1e9) - 4.0) < 1e-6  # prefill caps it
 
 
 class _Recording:
@@ -99,3 +107,14 @@ def test_a_pass_that_raises_still_frees_the_slots(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="a pass that fails"):
         pass_seconds([(target, 1), (target, 5)], batch=2, repeats=1)  # type: ignore[list-item]
     assert log[-2:] == [("free", 0), ("free", 1)]
+
+
+def test_capture_note_reports_each_engines_graphs_and_seconds() -> None:
+    from bench.compare import capture_note
+    from daemon.runtime.engine.graphs_ahead import GraphCapture
+
+    note = capture_note([GraphCapture(25, 1.5), GraphCapture(35, 2.5), GraphCapture(35, 4.0)])
+    assert note == (
+        "CUDA graphs captured at engine start by 3 engines: 25-35 graphs each, "
+        "in 1.50-4.00 s (median 2.50 s)"
+    )
