@@ -11,6 +11,7 @@ from pathlib import Path
 from daemon.runtime.engine.builder import check_same_vocabulary, eos_token_ids, load_tokenizer
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
+from daemon.runtime.engine.graphs_ahead import GraphCapture
 from daemon.runtime.engine.request import Request
 from daemon.runtime.engine.stats import EngineStats
 from daemon.runtime.model import load_model
@@ -79,6 +80,8 @@ class SpecBench:
         self.target: CausalLM = load_model(
             target_dir, dtype=dtype, num_slots=max_batch, device=device
         )
+        # what each engine captured as CUDA graphs before its first request (none on a CPU)
+        self.graph_captures: list[GraphCapture] = []
         self.draft: CausalLM = load_model(
             draft_dir,
             dtype=dtype,
@@ -132,6 +135,7 @@ class SpecBench:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         engines = [self.engine(concurrency, spec.k, spec.adaptive) for spec in specs]
+        self.graph_captures += [e.graph_capture for e in engines if e.graph_capture.num_graphs]
         warmup = prompts[: max(concurrency, 1)]
         for engine in engines:
             engine.generate(Request(f"warmup{i}", p, params) for i, p in enumerate(warmup))

@@ -66,6 +66,9 @@ def test_graphs_are_captured_per_batch_and_k_bucket_before_the_first_request(
     assert {(s.batch, s.chunk) for s in draft.static.graphs} == {
         (b, t) for b in (1, 2, 4, 8, 16) for t in (1, 2)
     }
+    # the engine reports what it captured (the bench prints it)
+    assert engine.graph_capture.num_graphs == len(target.static.graphs) + len(draft.static.graphs)
+    assert engine.graph_capture.seconds > 0.0
     captured = {s: g for s, g in target.static.graphs.items() if not s.last_only}
     assert _tokens(engine, prompts[:3]) == reference[:3]  # 3 rows: the 4-row bucket
     assert _tokens(engine, prompts) == reference  # 16 rows

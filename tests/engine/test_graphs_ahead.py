@@ -15,6 +15,7 @@ from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.graphs_ahead import (
     DRAFT_CHUNKS,
+    GraphCapture,
     capture_graphs_ahead,
     verify_chunks,
 )
@@ -74,7 +75,8 @@ def test_shapes_ahead_cover_every_round(
     _recording(draft.static, seen_draft)
     config = EngineConfig(max_batch_size=BATCH, num_speculative_tokens=K)
     engine = SpecEngine(target, DraftModelProposer(draft), config)
-    assert capture_graphs_ahead(target, engine.proposer, BATCH, K) == 0  # no graphs on a CPU
+    # no graphs on a CPU
+    assert capture_graphs_ahead(target, engine.proposer, BATCH, K) == GraphCapture(0, 0.0)
     assert [o.token_ids for o in run_greedy(engine, prompts, MAX_TOKENS)] == reference
     assert [o.token_ids for o in run_greedy(engine, prompts[:3], MAX_TOKENS)] == reference[:3]
     # short prompts' prefill takes the static path too (last logits only): not captured ahead

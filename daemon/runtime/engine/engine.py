@@ -82,7 +82,7 @@ class SpecEngine:
         self._ended_waiting: list[RequestDelta] = []  # aborted before they started
         self._admitting: list[Sequence] = []  # being prefilled (their slots are taken)
         # before the first request: no sequence is live (capture writes placeholder K/V)
-        capture_graphs_ahead(target, proposer, config.max_batch_size, k)
+        self.graph_capture = capture_graphs_ahead(target, proposer, config.max_batch_size, k)
         _freeze_startup_heap()
 
     # -- requests ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ prompts) and contexts past AHEAD_MAX_CONTEXT are captured on first use.
 
 import logging
 import time
+from dataclasses import dataclass
 
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.protocol import CausalLM
@@ -26,11 +27,19 @@ def verify_chunks(max_k: int) -> range:
     return range(1, max_k + 2)
 
 
+@dataclass(frozen=True, slots=True)
+class GraphCapture:
+    """What an engine captured before its first request."""
+
+    num_graphs: int = 0
+    seconds: float = 0.0
+
+
 def capture_graphs_ahead(
     target: CausalLM, proposer: Proposer | None, max_batch: int, max_k: int
-) -> int:
+) -> GraphCapture:
     """Capture the target's and the local drafter's decode/verify shapes where they replay
-    CUDA graphs (a no-op elsewhere); the number of graphs captured."""
+    CUDA graphs (a no-op elsewhere): how many, and how long it took."""
     start = time.perf_counter()
     captured = 0
     if isinstance(target, LlamaForCausalLM) and target.static is not None:
@@ -39,6 +48,7 @@ def capture_graphs_ahead(
         draft = proposer.model
         if isinstance(draft, LlamaForCausalLM) and draft.static is not None:
             captured += draft.static.capture_ahead(max_batch, DRAFT_CHUNKS, last_only=True)
+    seconds = time.perf_counter() - start
     if captured:
-        log.info("captured %d CUDA graphs in %.1f s", captured, time.perf_counter() - start)
-    return captured
+        log.info("captured %d CUDA graphs in %.1f s", captured, seconds)
+    return GraphCapture(captured, seconds if captured else 0.0)
