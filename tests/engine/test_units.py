@@ -187,6 +187,18 @@ def test_cost_model_follows_the_machines_speed_across_lengths() -> None:
     assert abs((costs.verify_cost(16, 2) or 0) - 0.072) < 1e-12
 
 
+def test_expected_tokens_by_k_sums_each_sequences_capped_expectation() -> None:
+    from daemon.runtime.engine.controller import _expected_tokens_by_k
+
+    rng = random.Random(3)
+    probs = [sorted((rng.random() for _ in range(6)), reverse=True) for _ in range(5)]
+    caps = [0, 1, 3, 6, 2]
+    tokens = _expected_tokens_by_k(probs, caps, 6)
+    for k in range(7):
+        want = sum(expected_tokens(p, min(k, cap)) for p, cap in zip(probs, caps, strict=True))
+        assert abs(tokens[k] - want) < 1e-12
+
+
 def test_adaptive_does_not_draft_on_a_cost_measured_in_a_faster_spell() -> None:
     """Batch 16, a pass of 2 tokens costs 1.8x a pass of 1 (compute bound) and a draft is
     accepted 60% of the time: drafting one token emits 1.6 tokens for 1.8x the cost, so plain

@@ -35,7 +35,7 @@ pseudo-round only: at 8 (as a sequence's) a short run's deep positions stayed pu
 
 from dataclasses import dataclass, field
 
-from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
+from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs
 from daemon.runtime.engine.cost_model import CostModel
 
 PRIOR_WEIGHT = 8.0  # pseudo-observations of the engine-wide estimate in a sequence's estimate
@@ -80,7 +80,8 @@ class SpeculationController:
         """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate)."""
         if not self.config.adaptive:
             return [min(self.config.fixed_k, limit) for limit in limits]
-        probs = [accept_probs(e.alphas(self._prior(), PRIOR_WEIGHT)) for e in estimates]
+        prior = self._prior()
+        probs = [accept_probs(e.alphas(prior, PRIOR_WEIGHT)) for e in estimates]
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
         best_k = self._best_k(probs, caps)
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
@@ -136,21 +137,32 @@ class SpeculationController:
             return max(caps, default=0)
         if not self.costs.knows_plain_cost(batch):  # plain decoding never measured: measure it
             return 0
-        plain = self.costs.round_cost(batch, 0)
-        assert plain is not None
+        max_cap = max(caps, default=0)
+        costs = self.costs.round_costs(batch, max_cap)  # [max_cap + 1], k = 0..max_cap
+        assert costs is not None
         # where speculation is predicted to pay less than the margin, its prediction's errors
         # and its probes would lose more than it can gain: plain decoding
-        best_k, best_rate = 0, (1.0 + SPECULATION_MARGIN) * batch / max(plain, 1e-9)
-        for k in range(1, max(caps, default=0) + 1):
-            tokens = sum(
-                expected_tokens(p, min(k, cap)) for p, cap in zip(probs, caps, strict=True)
-            )
-            cost = self.costs.round_cost(batch, k)
-            assert cost is not None
-            rate = tokens / max(cost, 1e-9)
+        best_k, best_rate = 0, (1.0 + SPECULATION_MARGIN) * batch / max(costs[0], 1e-9)
+        tokens = _expected_tokens_by_k(probs, caps, max_cap)
+        for k in range(1, max_cap + 1):
+            rate = tokens[k] / max(costs[k], 1e-9)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
+
+
+def _expected_tokens_by_k(probs: list[list[float]], caps: list[int], max_k: int) -> list[float]:
+    """[max_k + 1] expected tokens a round emits over the batch when it asks each sequence
+    for k drafts (sequence b drafts min(k, caps[b])): sum_b expected_tokens(probs[b], ...).
+    One pass per sequence: the rounds are chosen every step, and on a GPU a step is ~1 ms."""
+    tokens = [float(len(probs))] * (max_k + 1)
+    for p, cap in zip(probs, caps, strict=True):
+        running = 0.0
+        for k in range(1, max_k + 1):
+            if k <= cap:
+                running += p[k - 1]
+            tokens[k] += running
+    return tokens
 
 
 def _useful_len(probs: list[float]) -> int:

@@ -30,6 +30,7 @@ follows the cost curve's shape, measured whenever each length was.
 
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 NUM_RECENT = 16  # samples kept per (bucket, T) and per bucket for overhead
@@ -116,13 +117,10 @@ class CostModel:
     def draft_cost(self, batch_size: int, num_steps: int) -> float:
         """Seconds to draft `num_steps` tokens per sequence at this batch size (0 before any
         drafting round was measured: optimistic, so that speculation gets tried)."""
-        if num_steps <= 0 or not self.draft_samples:
+        line = self._draft_line(batch_size) if num_steps > 0 else None
+        if line is None:
             return 0.0
-        samples = self.draft_samples.get(batch_bucket(batch_size))
-        if samples is None:
-            samples = self.draft_samples[_nearest_key(self.draft_samples, batch_bucket(batch_size))]
-        intercept, slope = _fit_line(samples)
-        return max(0.0, intercept + slope * num_steps)
+        return max(0.0, line[0] + line[1] * num_steps)
 
     def overhead_cost(self, batch_size: int) -> float:
         if not self.overhead_samples:
@@ -137,11 +135,37 @@ class CostModel:
         T relative to the same measured length) from the nearest batch size measured at
         several lengths, so a new batch size needs no exploratory speculative round.
         """
+        curve = self._verify_curve(batch_size)
+        return None if curve is None else curve(tokens_per_seq)
+
+    def round_cost(self, batch_size: int, k: int) -> float | None:
+        """Seconds for a round drafting k tokens per sequence, or None before any verify."""
+        costs = self.round_costs(batch_size, k)
+        return None if costs is None else costs[k]
+
+    def round_costs(self, batch_size: int, max_k: int) -> list[float] | None:
+        """[max_k + 1] round_cost(batch_size, k) for k = 0..max_k from one reading of the
+        samples (the controller asks every round, and on a GPU a round takes ~1 ms), or None
+        before any verify."""
+        curve = self._verify_curve(batch_size)
+        if curve is None:
+            return None
+        line = self._draft_line(batch_size)
+        overhead = self.overhead_cost(batch_size)
+        costs = [curve(1) + overhead]
+        for k in range(1, max_k + 1):
+            draft = 0.0 if line is None else max(0.0, line[0] + line[1] * k)
+            costs.append(draft + curve(k + 1) + overhead)
+        return costs
+
+    def _verify_curve(self, batch_size: int) -> Callable[[int], float] | None:
+        """Seconds of a verify pass as a function of its length at this batch size (see
+        verify_cost), or None before anything was measured."""
         if not self.verify_samples:
             return None
         bucket = batch_bucket(batch_size)
         per_len = self._verify_table(bucket)
-        if len(per_len) == 1 and tokens_per_seq not in per_len:
+        if len(per_len) == 1:
             ((length, seconds),) = per_len.items()
             shaped = {
                 b: t
@@ -150,15 +174,19 @@ class CostModel:
             }
             if shaped:
                 ref = shaped[_nearest_key(shaped, bucket)]
-                return seconds * _interpolate(ref, tokens_per_seq) / ref[length]
-        return _interpolate(per_len, tokens_per_seq)
+                scale = seconds / ref[length]
+                return lambda t: per_len[t] if t in per_len else scale * _interpolate(ref, t)
+        return lambda t: _interpolate(per_len, t)
 
-    def round_cost(self, batch_size: int, k: int) -> float | None:
-        """Seconds for a round drafting k tokens per sequence, or None before any verify."""
-        verify = self.verify_cost(batch_size, k + 1)
-        if verify is None:
+    def _draft_line(self, batch_size: int) -> tuple[float, float] | None:
+        """(intercept, slope) of drafting's cost against its steps at this batch size (the
+        nearest measured one's), or None before any drafting round."""
+        if not self.draft_samples:
             return None
-        return self.draft_cost(batch_size, k) + verify + self.overhead_cost(batch_size)
+        key = batch_bucket(batch_size)
+        if key not in self.draft_samples:
+            key = _nearest_key(self.draft_samples, key)
+        return _fit_line(self.draft_samples[key])
 
     def _verify_table(self, bucket: int) -> dict[int, float]:
         if bucket not in self.verify_samples:
