@@ -27,6 +27,9 @@ class Sequence:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_rounds: int = 0
+    # the drafter holds every token but the newest one or two: it drafted in this sequence's
+    # last round (or was just prefilled); after plain rounds it first feeds what they added
+    drafter_in_step: bool = True
     num_reported: int = 0  # output tokens already handed out in deltas
     started_s: float = field(default_factory=time.perf_counter)
     finished_s: float = 0.0
