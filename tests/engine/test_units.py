@@ -6,7 +6,7 @@ import torch
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
-from daemon.runtime.engine.cost_model import CostModel, batch_bucket
+from daemon.runtime.engine.cost_model import CostModel
 from daemon.runtime.engine.stop import FINISH_LENGTH, FINISH_STOP, StopChecker, truncate_at_stop
 from daemon.runtime.proposers.base import ProposeRequest
 from daemon.runtime.proposers.ngram import NgramProposer
@@ -143,7 +143,20 @@ def test_cost_model_interpolates_lengths() -> None:
     costs.record_verify(16, 5, 0.05)
     assert abs((costs.verify_cost(16, 3) or 0) - 0.03) < 1e-12
     assert abs((costs.verify_cost(16, 9) or 0) - 0.09) < 1e-12
-    assert batch_bucket(9) == 16
+    assert costs.verify_cost(9, 3) == costs.verify_cost(16, 3)  # unmeasured: the nearest's
+
+
+def test_each_batch_size_keeps_its_own_costs() -> None:
+    """A wave's tail (11 sequences, drafting long, cheaper passes) does not price the full
+    batch's long passes; an unmeasured batch size takes the nearest measured one's costs."""
+    costs = CostModel()
+    for _ in range(4):
+        costs.record_verify(16, 1, 0.006)
+        costs.record_verify(16, 6, 0.025)
+        costs.record_verify(11, 7, 0.012)
+    assert costs.verify_cost(16, 6) == 0.025
+    assert abs((costs.verify_cost(16, 7) or 0) - 0.0288) < 1e-12  # the line from 1 to 6
+    assert costs.verify_cost(12, 7) == 0.012
 
 
 def test_cost_model_borrows_curve_shape_for_new_batch_size() -> None:
@@ -162,7 +175,7 @@ def test_cost_model_fits_draft_intercept_and_resists_outliers() -> None:
     for seconds in (0.005, 0.005, 0.005, 0.050):  # one slow pass
         costs.record_verify(1, 1, seconds)
     assert costs.verify_cost(1, 1) == 0.005
-    costs.record_overhead(1, 0.001)
+    costs.record_overhead(1, 0, 0.001)
     assert abs((costs.round_cost(1, 0) or 0) - 0.006) < 1e-12  # verify + overhead, no draft
 
 
@@ -214,6 +227,31 @@ def test_adaptive_does_not_draft_on_a_cost_measured_in_a_faster_spell() -> None:
     assert ctl._best_k(probs, [1] * 16) == 0
 
 
+def test_cost_model_fits_the_overhead_per_draft_robustly() -> None:
+    costs = CostModel()
+    for k in (0, 2, 4) * 6:
+        costs.record_overhead(16, k, 0.0007 + 0.00015 * k)
+    costs.record_overhead(16, 0, 0.010)  # one slow round (a collection)
+    assert abs(costs.overhead_cost(16, 3) - 0.00115) < 1e-12
+    assert abs(costs.overhead_cost(16, 0) - 0.0007) < 1e-12
+    flat = CostModel()
+    for _ in range(4):
+        flat.record_overhead(16, 2, 0.001)
+    assert flat.overhead_cost(16, 6) == 0.001  # one k seen: nothing to fit a slope to
+
+
+def test_adaptive_charges_each_round_its_own_overhead() -> None:
+    """Batch 16, a free draft, verify 10/16/20 ms at T = 1/2/3, and 1 ms outside the passes
+    at k = 0 against 9 ms at k = 2 (rows to verify, tokens to commit). With 0.8 and 0.5
+    per-position acceptance, plain decoding is best: 1 token / 11 ms, against 1.8 / 21 and
+    2.2 / 29. Charging every round the median (5 ms) made k = 2 look best (2.2 / 25)."""
+    ctl = _costed(1e-9, {1: 0.010, 2: 0.016, 3: 0.020}, batch=16)
+    for _ in range(8):
+        ctl.costs.record_overhead(16, 0, 0.001)
+        ctl.costs.record_overhead(16, 2, 0.009)
+    assert ctl._best_k([[0.8, 0.4]] * 16, [2] * 16) == 0
+
+
 def test_adaptive_counts_fixed_overhead_in_favour_of_longer_rounds() -> None:
     """Per-position acceptance 0.8: without the 3 ms fixed cost per round k = 2 is best
     (2.44 tokens / 9 ms); with it, k = 3 amortises the overhead better (2.95 / 14 ms)."""
@@ -224,7 +262,7 @@ def test_adaptive_counts_fixed_overhead_in_favour_of_longer_rounds() -> None:
     for accepted in counts * 3:
         ctl.observe(est, 4, accepted)
     without = ctl._best_k([accept_probs(est.alphas(ctl._prior(), 8.0))], [4])
-    ctl.costs.record_overhead(1, 0.003)
+    ctl.costs.record_overhead(1, 0, 0.003)
     with_overhead = ctl._best_k([accept_probs(est.alphas(ctl._prior(), 8.0))], [4])
     assert (without, with_overhead) == (2, 3)
 

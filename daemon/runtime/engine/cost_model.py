@@ -8,10 +8,19 @@
 - verify(B, T): the median of recent passes of T tokens per sequence (robust to the odd slow
   pass: a first pass of a shape, a collection, a neighbour on the core), interpolated
   linearly in T between measured lengths, times the machine's current speed (below).
-- overhead(B): the median time per round outside the forward passes (scheduling, sampling,
-  bookkeeping). It is the same whatever k, so it favours longer rounds; leaving it out makes
-  short rounds look cheaper than they are.
-Batch sizes are grouped by powers of two.
+- overhead(B, k) = c_B + d_B * k: the time per round outside the forward passes (scheduling,
+  sampling, bookkeeping), a line through the median of each k's recent rounds. Its fixed
+  part favours longer rounds; leaving it out makes short rounds look cheaper than they are.
+  Its part per draft (rows to verify, tokens to commit and check for stops) was left out
+  while it was taken for a constant: with the demo pair at batch 16 on the CPU a round
+  spent 0.7 ms outside its passes at k = 0 and 1.4 ms at k = 3..5, the median (1.0 ms)
+  charged plain rounds 0.3 ms too much and long ones 0.4 ms too little, and adaptive
+  drafted 3.3 tokens where 1 was best (0.77x it).
+Each batch size keeps its own samples; one not measured yet takes the nearest measured one's.
+They were grouped by powers of two, but a group's cost is not one cost: at concurrency 16
+the rounds of a wave's tail (9 to 15 sequences, drafting long) were filed with the full
+batch's, and T = 6 and 7 were priced below T = 5 at 16 sequences (12.0 and 14.6 ms against
+15.0; a pass of 6 at 16 sequences took 24.7 ms).
 
 The machine's speed drifts (a shared core, clocks, a neighbour's memory traffic): on the
 2-core bench machine a batch-16 pass of the wide target cost 45 ms in one minute and 60 ms a
@@ -21,7 +30,7 @@ compared across spells: T = 2 measured fast (87 ms) against T = 1 measured slow 
 priced drafting one token at 1.4x a plain pass where it cost 2x, and the controller drafted
 at a loss until T = 2's samples turned over. So every verify sample is stored divided by the
 speed it ran at, and predictions multiply by the current speed. The speed is the median of
-the last NUM_SPEED_RATIOS ratios of a pass's seconds to its own (batch bucket, length)
+the last NUM_SPEED_RATIOS ratios of a pass's seconds to its own (batch size, length)
 median, counted once that length has MIN_SPEED_REFERENCE samples: a steady machine keeps it
 at exactly 1, a lone slow pass does not move it, and a lasting change moves it within
 about half the window. It scales every verify length alike, so the choice between lengths
@@ -33,18 +42,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-NUM_RECENT = 16  # samples kept per (bucket, T) and per bucket for overhead
-NUM_RECENT_DRAFT = 32  # (k, seconds) samples kept per bucket for the draft line
+NUM_RECENT = 16  # verify samples kept per (batch size, T)
+NUM_RECENT_DRAFT = 32  # (k, seconds) kept per batch size for the draft and overhead lines
 NUM_SPEED_RATIOS = 9  # recent passes whose ratio to their own median gives the speed
-MIN_SPEED_REFERENCE = 3  # samples a (bucket, length) needs before its passes give a ratio
-
-
-def batch_bucket(batch_size: int) -> int:
-    """Batch sizes are grouped by powers of two: 1, 2, 4, 8, ..."""
-    bucket = 1
-    while bucket < batch_size:
-        bucket *= 2
-    return bucket
+MIN_SPEED_REFERENCE = 3  # samples a (batch size, length) needs before its passes give a ratio
 
 
 def _median(samples: deque[float]) -> float:
@@ -53,24 +54,24 @@ def _median(samples: deque[float]) -> float:
 
 @dataclass(slots=True)
 class CostModel:
-    # bucket -> recent (k, seconds) of drafting rounds
+    # batch size -> recent (k, seconds) of drafting rounds
     draft_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
-    # bucket -> T -> recent seconds of verify passes, each divided by the speed it ran at
+    # batch size -> T -> recent seconds of verify passes, each divided by the speed it ran at
     verify_samples: dict[int, dict[int, deque[float]]] = field(default_factory=dict)
-    # recent ratios of a verify pass's seconds to its (bucket, T) median: the machine's speed
+    # recent ratios of a verify pass's seconds to its (batch size, T) median: the machine's speed
     speed_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=NUM_SPEED_RATIOS))
-    # bucket -> recent seconds per round outside forward passes
-    overhead_samples: dict[int, deque[float]] = field(default_factory=dict)
+    # batch size -> recent (k, seconds) of rounds outside their forward passes
+    overhead_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
 
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
         if num_steps > 0:
-            key = batch_bucket(batch_size)
+            key = batch_size
             samples = self.draft_samples.setdefault(key, deque(maxlen=NUM_RECENT_DRAFT))
             samples.append((num_steps, seconds))
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
-        per_len = self.verify_samples.setdefault(batch_bucket(batch_size), {})
+        per_len = self.verify_samples.setdefault(batch_size, {})
         samples = per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT))
         if len(samples) >= MIN_SPEED_REFERENCE:
             reference = _median(samples)
@@ -78,9 +79,11 @@ class CostModel:
                 self.speed_ratios.append(seconds / reference)
         samples.append(seconds / self.speed)
 
-    def record_overhead(self, batch_size: int, seconds: float) -> None:
-        key = batch_bucket(batch_size)
-        self.overhead_samples.setdefault(key, deque(maxlen=NUM_RECENT)).append(seconds)
+    def record_overhead(self, batch_size: int, k: int, seconds: float) -> None:
+        """A round's time outside its forward passes; k: the most drafts it asked a row for."""
+        key = batch_size
+        samples = self.overhead_samples.setdefault(key, deque(maxlen=NUM_RECENT_DRAFT))
+        samples.append((k, seconds))
 
     # -- queries ----------------------------------------------------------------------------
     @property
@@ -95,15 +98,12 @@ class CostModel:
     def has_any_verify(self) -> bool:
         return bool(self.verify_samples)
 
-    def has_bucket(self, batch_size: int) -> bool:
-        return batch_bucket(batch_size) in self.verify_samples
-
     def has_verify(self, batch_size: int, tokens_per_seq: int) -> bool:
-        return tokens_per_seq in self.verify_samples.get(batch_bucket(batch_size), {})
+        return tokens_per_seq in self.verify_samples.get(batch_size, {})
 
     def verify_count(self, batch_size: int, tokens_per_seq: int) -> int:
-        """Recent passes measured at this batch size's bucket and length (at most NUM_RECENT)."""
-        return len(self.verify_samples.get(batch_bucket(batch_size), {}).get(tokens_per_seq, ()))
+        """Recent passes measured at this batch size and length (at most NUM_RECENT)."""
+        return len(self.verify_samples.get(batch_size, {}).get(tokens_per_seq, ()))
 
     def knows_plain_cost(self, batch_size: int) -> bool:
         """Whether plain decoding's cost at this batch size is measured or can be borrowed: a
@@ -122,11 +122,16 @@ class CostModel:
             return 0.0
         return max(0.0, line[0] + line[1] * num_steps)
 
-    def overhead_cost(self, batch_size: int) -> float:
+    def overhead_cost(self, batch_size: int, k: int) -> float:
+        """Seconds a round drafting k tokens a row spends outside its forward passes."""
+        line = self._overhead_line(batch_size)
+        return 0.0 if line is None else max(0.0, line[0] + line[1] * k)
+
+    def _overhead_line(self, batch_size: int) -> tuple[float, float] | None:
         if not self.overhead_samples:
-            return 0.0
-        key = _nearest_key(self.overhead_samples, batch_bucket(batch_size))
-        return _median(self.overhead_samples[key])
+            return None
+        key = _nearest_key(self.overhead_samples, batch_size)
+        return _fit_median_line(self.overhead_samples[key])
 
     def verify_cost(self, batch_size: int, tokens_per_seq: int) -> float | None:
         """Seconds for one verify pass, or None before anything was measured.
@@ -150,12 +155,12 @@ class CostModel:
         curve = self._verify_curve(batch_size)
         if curve is None:
             return None
-        line = self._draft_line(batch_size)
-        overhead = self.overhead_cost(batch_size)
-        costs = [curve(1) + overhead]
+        draft = self._draft_line(batch_size)
+        rest = self._overhead_line(batch_size) or (0.0, 0.0)
+        costs = [curve(1) + max(0.0, rest[0])]
         for k in range(1, max_k + 1):
-            draft = 0.0 if line is None else max(0.0, line[0] + line[1] * k)
-            costs.append(draft + curve(k + 1) + overhead)
+            drafting = 0.0 if draft is None else max(0.0, draft[0] + draft[1] * k)
+            costs.append(drafting + curve(k + 1) + max(0.0, rest[0] + rest[1] * k))
         return costs
 
     def _verify_curve(self, batch_size: int) -> Callable[[int], float] | None:
@@ -163,8 +168,7 @@ class CostModel:
         verify_cost), or None before anything was measured."""
         if not self.verify_samples:
             return None
-        bucket = batch_bucket(batch_size)
-        per_len = self._verify_table(bucket)
+        per_len = self._verify_table(batch_size)
         if len(per_len) == 1:
             ((length, seconds),) = per_len.items()
             shaped = {
@@ -173,7 +177,7 @@ class CostModel:
                 if len(t := self._verify_table(b)) > 1 and length in t
             }
             if shaped:
-                ref = shaped[_nearest_key(shaped, bucket)]
+                ref = shaped[_nearest_key(shaped, batch_size)]
                 scale = seconds / ref[length]
                 return lambda t: per_len[t] if t in per_len else scale * _interpolate(ref, t)
         return lambda t: _interpolate(per_len, t)
@@ -183,16 +187,16 @@ class CostModel:
         nearest measured one's), or None before any drafting round."""
         if not self.draft_samples:
             return None
-        key = batch_bucket(batch_size)
+        key = batch_size
         if key not in self.draft_samples:
             key = _nearest_key(self.draft_samples, key)
         return _fit_line(self.draft_samples[key])
 
-    def _verify_table(self, bucket: int) -> dict[int, float]:
-        if bucket not in self.verify_samples:
-            bucket = _nearest_key(self.verify_samples, bucket)
+    def _verify_table(self, batch_size: int) -> dict[int, float]:
+        if batch_size not in self.verify_samples:
+            batch_size = _nearest_key(self.verify_samples, batch_size)
         speed = self.speed
-        return {t: _median(s) * speed for t, s in self.verify_samples[bucket].items()}
+        return {t: _median(s) * speed for t, s in self.verify_samples[batch_size].items()}
 
 
 def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
@@ -211,6 +215,26 @@ def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
     if intercept < 0.0:
         return 0.0, sum(seconds) / sum(steps)
     return intercept, slope
+
+
+def _fit_median_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
+    """(intercept, slope) of seconds against k, robust to the odd slow round: least squares
+    through each k's median, weighted by its count. One k seen (or a falling line, which is
+    noise): flat at the median of all."""
+    by_k: dict[int, list[float]] = {}
+    for k, seconds in samples:
+        by_k.setdefault(k, []).append(seconds)
+    if len(by_k) < 2:
+        return statistics.median(s for _, s in samples), 0.0
+    points = [(float(k), statistics.median(v), float(len(v))) for k, v in by_k.items()]
+    total = sum(w for _, _, w in points)
+    mean_k = sum(k * w for k, _, w in points) / total
+    mean_s = sum(s * w for _, s, w in points) / total
+    var_k = sum(w * (k - mean_k) ** 2 for k, _, w in points)
+    slope = sum(w * (k - mean_k) * (s - mean_s) for k, s, w in points) / var_k
+    if slope <= 0.0:
+        return statistics.median(s for _, s in samples), 0.0
+    return mean_s - slope * mean_k, slope
 
 
 def _nearest_key(table: dict[int, object], key: int) -> int:

@@ -231,7 +231,9 @@ class SpecEngine:
         out.finished = self._retire()
         stats.step_time_s = time.perf_counter() - start
         if stats.batch_size and not stats.num_prefill_seqs:
-            self.controller.costs.record_overhead(stats.batch_size, stats.overhead_time_s)
+            self.controller.costs.record_overhead(
+                stats.batch_size, stats.speculation_len, stats.overhead_time_s
+            )
         self.last_round = stats
         if stats.batch_size or stats.num_prefill_seqs:
             self.stats.add(stats)
