@@ -11,11 +11,10 @@
 - overhead(B, k) = c_B + d_B * k: the time per round outside the forward passes (scheduling,
   sampling, bookkeeping), a line through the median of each k's recent rounds. Its fixed
   part favours longer rounds; leaving it out makes short rounds look cheaper than they are.
-  Its part per draft (rows to verify, tokens to commit and check for stops) was left out
-  while it was taken for a constant: with the demo pair at batch 16 on the CPU a round
-  spent 0.7 ms outside its passes at k = 0 and 1.4 ms at k = 3..5, the median (1.0 ms)
-  charged plain rounds 0.3 ms too much and long ones 0.4 ms too little, and adaptive
-  drafted 3.3 tokens where 1 was best (0.77x it).
+  Its part per draft (rows to verify, tokens to commit and check for stops) was lost while
+  it was taken for a constant: with the demo pair at batch 16 on the CPU a round spent
+  0.7 ms outside its passes at k = 0 and 1.4 ms at k = 3..5, and the median (1.0 ms)
+  charged plain rounds 0.3 ms too much and long ones 0.4 ms too little.
 Each batch size keeps its own samples; one not measured yet takes the nearest measured one's.
 They were grouped by powers of two, but a group's cost is not one cost: at concurrency 16
 the rounds of a wave's tail (9 to 15 sequences, drafting long) were filed with the full
@@ -27,7 +26,7 @@ The machine's speed drifts (a shared core, clocks, a neighbour's memory traffic)
 few minutes later. A length the controller stopped choosing keeps the samples of the
 spell it was measured in, while the length it runs follows the drift, so the two were
 compared across spells: T = 2 measured fast (87 ms) against T = 1 measured slow (61 ms)
-priced drafting one token at 1.4x a plain pass where it cost 2x, and the controller drafted
+priced a round drafting one token at 1.4x a plain round where it cost 2x, and the controller drafted
 at a loss until T = 2's samples turned over. So every verify sample is stored divided by the
 speed it ran at, and predictions multiply by the current speed. The speed is the median of
 the last NUM_SPEED_RATIOS ratios of a pass's seconds to its own (batch size, length)
@@ -66,8 +65,7 @@ class CostModel:
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
         if num_steps > 0:
-            key = batch_size
-            samples = self.draft_samples.setdefault(key, deque(maxlen=NUM_RECENT_DRAFT))
+            samples = self.draft_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
             samples.append((num_steps, seconds))
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
@@ -81,8 +79,7 @@ class CostModel:
 
     def record_overhead(self, batch_size: int, k: int, seconds: float) -> None:
         """A round's time outside its forward passes; k: the most drafts it asked a row for."""
-        key = batch_size
-        samples = self.overhead_samples.setdefault(key, deque(maxlen=NUM_RECENT_DRAFT))
+        samples = self.overhead_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
         samples.append((k, seconds))
 
     # -- queries ----------------------------------------------------------------------------
@@ -128,10 +125,13 @@ class CostModel:
         return 0.0 if line is None else max(0.0, line[0] + line[1] * k)
 
     def _overhead_line(self, batch_size: int) -> tuple[float, float] | None:
+        """(intercept, slope) of the time outside the passes against k (the nearest measured
+        batch size's), or None before any round."""
         if not self.overhead_samples:
             return None
-        key = _nearest_key(self.overhead_samples, batch_size)
-        return _fit_median_line(self.overhead_samples[key])
+        return _fit_median_line(
+            self.overhead_samples[_nearest_key(self.overhead_samples, batch_size)]
+        )
 
     def verify_cost(self, batch_size: int, tokens_per_seq: int) -> float | None:
         """Seconds for one verify pass, or None before anything was measured.
@@ -187,10 +187,7 @@ class CostModel:
         nearest measured one's), or None before any drafting round."""
         if not self.draft_samples:
             return None
-        key = batch_size
-        if key not in self.draft_samples:
-            key = _nearest_key(self.draft_samples, key)
-        return _fit_line(self.draft_samples[key])
+        return _fit_line(self.draft_samples[_nearest_key(self.draft_samples, batch_size)])
 
     def _verify_table(self, batch_size: int) -> dict[int, float]:
         if batch_size not in self.verify_samples:
