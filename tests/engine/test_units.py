@@ -381,8 +381,9 @@ def test_adaptive_measures_the_verify_lengths_its_choices_skip() -> None:
 
 def test_adaptive_at_its_ceiling_still_measures_shorter_lengths() -> None:
     """Drafting the ceiling leaves no deeper position to probe; the cost probes still run, or
-    a controller that started deep would never learn that a shorter round is cheaper."""
-    ctl = _costed(0.0005, {1: 0.010, 5: 0.012}, batch=1)
+    a controller that started deep would never learn that a shorter round is cheaper (here
+    k = 3 would win if a pass of 4 cost what a pass of 1 does)."""
+    ctl = _costed(0.0005, {1: 0.010, 5: 0.016}, batch=1)
     est = _trained(ctl, 8)  # everything accepted: the ceiling, 4, is best
     ks = [ctl.choose([est], [4])[0] for _ in range(16)]
     assert ks.count(4) == 14 and sorted(set(ks)) == [3, 4]
@@ -414,3 +415,30 @@ def test_pack_records_lays_out_point_masses_and_ragged_sparse_draws() -> None:
     assert proposals.sparse_tail.tolist() == [[768 / total, 0.0, 0.0], [0.0] * 3, [0.0] * 3]
     assert not proposals.sparse_probs[1:].any() and not proposals.sparse_ids[1:].any()
     assert pack_records([b]).sparse_ids is None  # point masses only: no sparse tensors
+
+
+def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:
+    """Batch 16, drafting 3 ms a step, passes of 1-3 tokens 10 ms each, acceptance falling
+    fast (0.9, then 0.5, then 0.1): k = 2 is best (2.35 tokens / 16 ms). k = 3 could not beat
+    it even if a pass of 4 cost what a pass of 3 does (2.4 / 19 ms), so no cost probe measures
+    it, nor anything longer; the old rule measured every length up to the ceiling."""
+    ctl = _costed(0.003, {1: 0.010, 2: 0.010, 3: 0.010}, batch=16)
+    for _ in range(3):
+        ctl.costs.record_verify(16, 2, 0.010)
+        ctl.costs.record_verify(16, 3, 0.010)
+    probs = [[0.9, 0.45, 0.045, 0.0045, 0.00045, 0.00005]] * 16
+    best = ctl._best_k(probs, [6] * 16)
+    assert best == 2
+    assert ctl._unmeasured_length(best, 16, 6) is None
+    # Passes of 1, 3 and 5 tokens measured at 10, 10 and 30 ms, drafting free, acceptance
+    # high: k = 2 is best (2.7 / 10 ms), and a pass of 4 priced on the line (20 ms) makes
+    # k = 3 worse, but at 10 ms it would win (3.4 / 10): that length is measured. A pass of 2
+    # (k = 1: 1.9 / 10 at best) and of 6 (k = 5: 4.5 / 30 at best) are not.
+    flat = _costed(1e-6, {}, batch=16)
+    for _ in range(3):
+        for length, seconds in ((1, 0.010), (3, 0.010), (5, 0.030)):
+            flat.costs.record_verify(16, length, seconds)
+    high = [[0.9, 0.8, 0.7, 0.6, 0.5, 0.4]] * 16
+    assert flat._best_k(high, [6] * 16) == 2
+    assert flat._unmeasured_length(2, 16, 6) == 3
+    assert flat._could_win == {3}

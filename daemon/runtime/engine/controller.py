@@ -25,7 +25,12 @@ step where the GEMM's row block or the compute takes over: the narrow bench targ
 acceptance length 5.5 where k = 4 won, 3.6 where k = 2 won). So every other probe is now a
 cost probe (every probe at the ceiling, past which none goes deeper): the candidate length
 nearest the choice that has fewer than MIN_COST_SAMPLES verify passes measured at this batch
-size, if any.
+size, if any, among the lengths that could beat the choice were their pass to cost no more
+than the longest measured length below it (a pass does not get cheaper with more tokens).
+Without that bound the cost probes measured every length up to the ceiling, three times per
+batch size: on the wide target at 16 sequences a pass of 7 tokens costs 5.6x a pass of 1,
+and a probe there loses about three plain rounds' worth of tokens for a length that could
+never pay.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -69,6 +74,9 @@ class SpeculationController:
     _rounds_without_spec: int = 0
     _rounds_since_probe: int = 0
     _cost_probe_next: bool = False  # probes alternate: acceptance (K + 1), then cost
+    # the k the last choice found could beat it at the cheapest its verify could cost (None:
+    # nothing to compare with yet): only their lengths are worth a cost probe
+    _could_win: set[int] | None = None
 
     def __post_init__(self) -> None:
         self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
@@ -119,7 +127,9 @@ class SpeculationController:
         candidates = [
             k
             for k in range(1, max_cap + 1)
-            if k != best_k and self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
+            if k != best_k
+            and (self._could_win is None or k in self._could_win)
+            and self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
         ]
         return min(candidates, key=lambda k: (abs(k - best_k), k), default=None)
 
@@ -133,6 +143,7 @@ class SpeculationController:
 
     def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
         batch = len(probs)
+        self._could_win = None
         if not self.costs.has_any_verify:  # nothing measured yet: speculate, and measure that
             return max(caps, default=0)
         if not self.costs.knows_plain_cost(batch):  # plain decoding never measured: measure it
@@ -148,6 +159,10 @@ class SpeculationController:
             rate = tokens[k] / max(costs[k], 1e-9)
             if rate > best_rate:
                 best_k, best_rate = k, rate
+        floors = self.costs.round_cost_floors(batch, max_cap)
+        self._could_win = {
+            k for k in range(1, max_cap + 1) if tokens[k] / max(floors[k], 1e-9) > best_rate
+        }
         return best_k
 
 

@@ -163,6 +163,25 @@ class CostModel:
             costs.append(drafting + curve(k + 1) + max(0.0, rest[0] + rest[1] * k))
         return costs
 
+    def round_cost_floors(self, batch_size: int, max_k: int) -> list[float]:
+        """[max_k + 1] the least a round drafting k tokens could cost: round_costs, with each
+        verify length not measured at this batch size priced as the longest measured length
+        below it (a pass does not get cheaper with more tokens). Before any verify: zeros."""
+        costs = self.round_costs(batch_size, max_k)
+        if costs is None:
+            return [0.0] * (max_k + 1)
+        curve = self._verify_curve(batch_size)
+        assert curve is not None
+        measured = sorted(self.verify_samples.get(batch_size, {}))
+        floors = list(costs)
+        for k in range(max_k + 1):
+            below = [t for t in measured if t <= k + 1]
+            if not below:
+                floors[k] = costs[k] - curve(k + 1)  # nothing measured below: no verify cost
+            elif below[-1] != k + 1:
+                floors[k] = costs[k] - curve(k + 1) + curve(below[-1])
+        return floors
+
     def _verify_curve(self, batch_size: int) -> Callable[[int], float] | None:
         """Seconds of a verify pass as a function of its length at this batch size (see
         verify_cost), or None before anything was measured."""
