@@ -441,4 +441,4 @@ def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:
     high = [[0.9, 0.8, 0.7, 0.6, 0.5, 0.4]] * 16
     assert flat._best_k(high, [6] * 16) == 2
     assert flat._unmeasured_length(2, 16, 6) == 3
-    assert flat._could_win == {3}
+    assert flat.could_win(16, 6) == {3}

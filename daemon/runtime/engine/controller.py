@@ -74,9 +74,9 @@ class SpeculationController:
     _rounds_without_spec: int = 0
     _rounds_since_probe: int = 0
     _cost_probe_next: bool = False  # probes alternate: acceptance (K + 1), then cost
-    # the k the last choice found could beat it at the cheapest its verify could cost (None:
-    # nothing to compare with yet): only their lengths are worth a cost probe
-    _could_win: set[int] | None = None
+    # the last choice's expected tokens for each k and the rate it chose (None: it had no
+    # costs to compare): a cost probe is worth a length only if it could beat that rate
+    _last_choice: tuple[list[float], float] | None = None
 
     def __post_init__(self) -> None:
         self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
@@ -124,11 +124,12 @@ class SpeculationController:
     def _unmeasured_length(self, best_k: int, batch: int, max_cap: int) -> int | None:
         """The k nearest best_k (shorter first) whose verify pass (k + 1 tokens) has fewer
         than MIN_COST_SAMPLES measurements at this batch size, or None."""
+        could_win = self.could_win(batch, max_cap)
         candidates = [
             k
             for k in range(1, max_cap + 1)
             if k != best_k
-            and (self._could_win is None or k in self._could_win)
+            and (could_win is None or k in could_win)
             and self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
         ]
         return min(candidates, key=lambda k: (abs(k - best_k), k), default=None)
@@ -143,7 +144,7 @@ class SpeculationController:
 
     def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
         batch = len(probs)
-        self._could_win = None
+        self._last_choice = None
         if not self.costs.has_any_verify:  # nothing measured yet: speculate, and measure that
             return max(caps, default=0)
         if not self.costs.knows_plain_cost(batch):  # plain decoding never measured: measure it
@@ -159,11 +160,19 @@ class SpeculationController:
             rate = tokens[k] / max(costs[k], 1e-9)
             if rate > best_rate:
                 best_k, best_rate = k, rate
-        floors = self.costs.round_cost_floors(batch, max_cap)
-        self._could_win = {
-            k for k in range(1, max_cap + 1) if tokens[k] / max(floors[k], 1e-9) > best_rate
-        }
+        self._last_choice = (tokens, best_rate)
         return best_k
+
+    def could_win(self, batch: int, max_k: int) -> set[int] | None:
+        """The k up to max_k that would beat the last choice were each verify length not
+        measured at this batch size to cost what the longest measured length below it does
+        (None: the last choice had no costs to compare)."""
+        if self._last_choice is None:
+            return None
+        tokens, best_rate = self._last_choice
+        max_k = min(max_k, len(tokens) - 1)
+        floors = self.costs.round_cost_floors(batch, max_k)
+        return {k for k in range(1, max_k + 1) if tokens[k] / max(floors[k], 1e-9) > best_rate}
 
 
 def _expected_tokens_by_k(probs: list[list[float]], caps: list[int], max_k: int) -> list[float]:
