@@ -153,34 +153,34 @@ class CostModel:
         samples (the controller asks every round, and on a GPU a round takes ~1 ms), or None
         before any verify."""
         curve = self._verify_curve(batch_size)
-        if curve is None:
-            return None
-        draft = self._draft_line(batch_size)
-        rest = self._overhead_line(batch_size) or (0.0, 0.0)
-        costs = [curve(1) + max(0.0, rest[0])]
-        for k in range(1, max_k + 1):
-            drafting = 0.0 if draft is None else max(0.0, draft[0] + draft[1] * k)
-            costs.append(drafting + curve(k + 1) + max(0.0, rest[0] + rest[1] * k))
-        return costs
+        return None if curve is None else self._round_costs(batch_size, max_k, curve)
 
     def round_cost_floors(self, batch_size: int, max_k: int) -> list[float]:
         """[max_k + 1] the least a round drafting k tokens could cost: round_costs, with each
         verify length not measured at this batch size priced as the longest measured length
         below it (a pass does not get cheaper with more tokens). Before any verify: zeros."""
-        costs = self.round_costs(batch_size, max_k)
-        if costs is None:
-            return [0.0] * (max_k + 1)
         curve = self._verify_curve(batch_size)
-        assert curve is not None
+        if curve is None:
+            return [0.0] * (max_k + 1)
         measured = sorted(self.verify_samples.get(batch_size, {}))
-        floors = list(costs)
-        for k in range(max_k + 1):
-            below = [t for t in measured if t <= k + 1]
-            if not below:
-                floors[k] = costs[k] - curve(k + 1)  # nothing measured below: no verify cost
-            elif below[-1] != k + 1:
-                floors[k] = costs[k] - curve(k + 1) + curve(below[-1])
-        return floors
+
+        def floor(length: int) -> float:
+            below = [t for t in measured if t <= length]
+            return curve(below[-1]) if below else 0.0  # nothing measured below: free
+
+        return self._round_costs(batch_size, max_k, floor)
+
+    def _round_costs(
+        self, batch_size: int, max_k: int, verify: Callable[[int], float]
+    ) -> list[float]:
+        """[max_k + 1] drafting + verify(k + 1) + the time outside the passes, k = 0..max_k."""
+        draft = self._draft_line(batch_size)
+        rest = self._overhead_line(batch_size) or (0.0, 0.0)
+        costs = [verify(1) + max(0.0, rest[0])]
+        for k in range(1, max_k + 1):
+            drafting = 0.0 if draft is None else max(0.0, draft[0] + draft[1] * k)
+            costs.append(drafting + verify(k + 1) + max(0.0, rest[0] + rest[1] * k))
+        return costs
 
     def _verify_curve(self, batch_size: int) -> Callable[[int], float] | None:
         """Seconds of a verify pass as a function of its length at this batch size (see
