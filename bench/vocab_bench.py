@@ -120,8 +120,10 @@ def run_mode(
     rounds: int,
     sparse_top_k: int,
     sparse_mass: float = 1.0,
+    max_listed: int | None = None,
 ) -> VocabResult:
-    """One engine run, every prompt at once (batch = len(prompts))."""
+    """One engine run, every prompt at once (batch = len(prompts)); max_listed None: the
+    engine's default widening (proposers/tail_verdicts.py), else rows list at most that."""
     batch = len(prompts)
     params = SamplingParams(temperature=temperature, max_tokens=rounds * (k + 1), ignore_eos=True)
     seed = 1234 if temperature > 0 else None
@@ -130,11 +132,13 @@ def run_mode(
         num_speculative_tokens=k,
         draft_sparse_top_k=sparse_top_k,
         draft_sparse_mass=sparse_mass,
+        draft_sparse_max_listed=max_listed,
     )
     proposer = DraftModelProposer(
         draft,  # type: ignore[arg-type]
         sparse_top_k=sparse_top_k,
         sparse_mass=sparse_mass,
+        max_listed=max_listed,
     )
     listed = ListedCounter(proposer)
     engine = SpecEngine(target, proposer, config, eos_token_ids=[])
@@ -163,6 +167,8 @@ def run_mode(
     if temperature > 0:
         mode += ", coupled" if sparse_top_k == 0 else f", top-{sparse_top_k}+tail"
     mode += f", mass {sparse_mass:g}" if temperature > 0 and sparse_mass < 1.0 else ""
+    widens = temperature > 0 and proposer.sampler.max_listed > sparse_top_k
+    mode += ", widening" if widens else ""
     sampled = temperature > 0
     wire_bytes = None
     if sparse_top_k <= MAX_LISTED or not sampled:
@@ -239,6 +245,11 @@ def main(argv: list[str] | None = None) -> None:
         "--sparse-mass", default="1.0",
         help="comma-separated: list no more tokens than it takes to cover this mass",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-widening", action="store_true",
+        help="rows list at most --sparse-top-k tokens (default: they widen while the verifier "
+        "rejects their tail drafts, up to the engine's default budget)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -267,7 +278,17 @@ def main(argv: list[str] | None = None) -> None:
         target = load_model(target_dir, num_slots=args.batch)
         draft = TimedModel(load_model(draft_dir, num_slots=args.batch))
         results = [
-            run_mode(target, draft, prompts, t, args.k, args.rounds, w, m)
+            run_mode(
+                target,
+                draft,
+                prompts,
+                t,
+                args.k,
+                args.rounds,
+                w,
+                m,
+                max_listed=w if args.no_widening else None,
+            )
             for t in temperatures
             for w in (widths if t > 0 else widths[:1])
             for m in (masses if t > 0 and w > 0 else masses[:1])

@@ -50,6 +50,7 @@ class DrafterShard:
                     dtype=spec.dtype,
                     sparse_top_k=spec.sparse_top_k,
                     sparse_mass=spec.sparse_mass,
+                    sparse_max_listed=spec.sparse_max_listed,
                     tp=tp,
                 ),
                 progress,

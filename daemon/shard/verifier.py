@@ -115,6 +115,7 @@ class VerifierShard:
             adaptive=spec.adaptive and speculating,
             draft_sparse_top_k=spec.sparse_top_k,
             draft_sparse_mass=spec.sparse_mass,
+            draft_sparse_max_listed=spec.sparse_max_listed,
         )
         tp = self._join_group()
         with left_on_failure(tp):

@@ -119,6 +119,7 @@ def _drafter(
         tensor_parallel_size=drafter.tensor_parallel_size,
         sparse_top_k=speculation.proposal_tokens,
         sparse_mass=speculation.proposal_mass,
+        sparse_max_listed=speculation.proposal_max_tokens,
     )
     fingerprint = _fingerprint({"node": drafter.node, **asdict(spec)})
     return DesiredShard(
@@ -178,6 +179,7 @@ def _verifier(
     if proposer == "draft_model":  # the colocated draft's proposals (a remote one: its shard's)
         spec.sparse_top_k = speculation.proposal_tokens
         spec.sparse_mass = speculation.proposal_mass
+        spec.sparse_max_listed = speculation.proposal_max_tokens
     loaded = asdict(spec)
     live = {k: loaded.pop(k) for k in ("num_speculative_tokens", "adaptive")}
     # a replaced stage is a new actor: the verifier holding the old one is replaced with it

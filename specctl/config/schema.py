@@ -20,6 +20,7 @@ LOCAL = "local"
 NGRAM = "ngram"
 MAX_K = 16
 DEFAULT_PROPOSAL_TOKENS = 32
+DEFAULT_MAX_LISTED = 2048  # proposers.draft_sampling.DEFAULT_MAX_LISTED
 MAX_PROPOSAL_TOKENS = 4095  # what the wire carries per draft (sampling.quantized.MAX_LISTED)
 DEFAULT_K = 4
 DEFAULT_ADAPTIVE_MAX_K = 8
@@ -184,6 +185,14 @@ class SpeculationSpec(_Section):
         1.0, gt=0.0, le=1.0,
         description="list no more of the draft's best tokens than cover this much of its mass",
     )  # fmt: skip
+    proposal_max_tokens: int | None = Field(
+        None, ge=0, le=MAX_PROPOSAL_TOKENS,
+        description=(
+            "tokens a sampled draft's list may widen to while the verifier rejects the drafts "
+            f"drawn from its tail (the byte budget); default {DEFAULT_MAX_LISTED}, or "
+            "proposal_tokens if larger"
+        ),
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _k_or_adaptive(self) -> "SpeculationSpec":
@@ -191,6 +200,13 @@ class SpeculationSpec(_Section):
             raise ValueError("give k (fixed) or adaptive = true with max_k, not both")
         if not self.adaptive and self.max_k is not None:
             raise ValueError("max_k applies with adaptive = true; for a fixed length use k")
+        if self.proposal_max_tokens is not None and self.proposal_max_tokens < (
+            self.proposal_tokens
+        ):
+            raise ValueError(
+                f"proposal_max_tokens ({self.proposal_max_tokens}) must be >= proposal_tokens "
+                f"({self.proposal_tokens}): the list widens from the first to the second"
+            )
         return self
 
     @property

@@ -16,7 +16,7 @@ RUNNABLE = replace_line(SPARK_5090, 'dtype = "fp8"', 'dtype = "bfloat16"')
 WITH_PROPOSALS = replace_line(
     RUNNABLE,
     'mode = "overlapped"',
-    'mode = "overlapped"\nproposal_tokens = 1024\nproposal_mass = 0.9',
+    'mode = "overlapped"\nproposal_tokens = 1024\nproposal_mass = 0.9\nproposal_max_tokens = 3000',
 )
 
 
@@ -31,8 +31,10 @@ def test_a_drafter_apart_gets_the_proposal_settings(tmp_path: Path) -> None:
     shards = _shards(tmp_path, WITH_PROPOSALS)
     drafter, verifier = shards["drafter"], shards["verifier"]
     assert (drafter.sparse_top_k, drafter.sparse_mass) == (1024, 0.9)  # type: ignore[attr-defined]
+    assert drafter.sparse_max_listed == 3000  # type: ignore[attr-defined]
     # the verifier does not draft: its own settings stay the defaults (no redeploy on a change)
     assert (verifier.sparse_top_k, verifier.sparse_mass) == (32, 1.0)  # type: ignore[attr-defined]
+    assert verifier.sparse_max_listed is None  # type: ignore[attr-defined]
 
 
 def test_a_colocated_drafter_gets_them_in_the_verifier(tmp_path: Path) -> None:
@@ -41,6 +43,7 @@ def test_a_colocated_drafter_gets_them_in_the_verifier(tmp_path: Path) -> None:
     assert "drafter" not in shards
     verifier = shards["verifier"]
     assert (verifier.sparse_top_k, verifier.sparse_mass) == (1024, 0.9)  # type: ignore[attr-defined]
+    assert verifier.sparse_max_listed == 3000  # type: ignore[attr-defined]
 
 
 def test_zero_tokens_is_coupled_drafting_on_the_drafter(tmp_path: Path) -> None:
@@ -55,6 +58,7 @@ def test_zero_tokens_is_coupled_drafting_on_the_drafter(tmp_path: Path) -> None:
         ("proposal_tokens = 5000", "less than or equal to 4095, got 5000"),
         ("proposal_tokens = -1", "greater than or equal to 0, got -1"),
         ("proposal_mass = 0", "greater than 0, got 0"),
+        ("proposal_max_tokens = 5000", "less than or equal to 4095, got 5000"),
     ],
 )
 def test_out_of_range_is_a_clear_error(tmp_path: Path, line: str, expected: str) -> None:
@@ -65,3 +69,17 @@ def test_out_of_range_is_a_clear_error(tmp_path: Path, line: str, expected: str)
     field = line.split(" ")[0]
     message = str(caught.value.issues[0])
     assert f":{number}: deployment.speculation.{field}: Input should be {expected}" in message
+
+
+def test_a_list_that_cannot_widen_from_its_base_is_a_clear_error(tmp_path: Path) -> None:
+    text = replace_line(
+        SPARK_5090,
+        'mode = "overlapped"',
+        f'mode = "overlapped"\nproposal_tokens = 64\nproposal_max_tokens = 32 {MARK}',
+    )
+    path, _ = write_cluster(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value.issues[0])
+    assert "deployment.speculation" in message
+    assert "proposal_max_tokens (32) must be >= proposal_tokens (64)" in message

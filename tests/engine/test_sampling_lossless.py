@@ -128,13 +128,16 @@ def _engine(
 ) -> SpecEngine:
     target_dir, draft_dir = pair
     target = load_model(target_dir, num_slots=BATCH, device=device)
-    prop = (
-        DraftModelProposer(
-            load_model(draft_dir, num_slots=BATCH, device=device), sparse_top_k=sparse_k
+    prop: DraftModelProposer | NgramProposer = NgramProposer()
+    if proposer.startswith("draft"):
+        draft = load_model(draft_dir, num_slots=BATCH, device=device)
+        max_listed = 8 if proposer == "draft-widening" else sparse_k
+        # draft-widening: every sequence starts out believing its tail drafts are rejected:
+        # its rows list up to 8 tokens, cut at a mass, and a tail
+        prior = 0.0 if proposer == "draft-widening" else 1.0
+        prop = DraftModelProposer(
+            draft, sparse_top_k=sparse_k, max_listed=max_listed, tail_prior=prior
         )
-        if proposer == "draft"
-        else NgramProposer()
-    )
     config = EngineConfig(
         max_batch_size=BATCH, num_speculative_tokens=3, draft_sparse_top_k=sparse_k
     )
@@ -147,6 +150,7 @@ def _engine(
     [
         ("draft", VOCAB, SamplingParams(temperature=1.0)),  # full proposal distribution
         ("draft", 4, SamplingParams(temperature=0.8)),  # sparse top-4 proposal
+        ("draft-widening", 2, SamplingParams(temperature=1.0)),  # 2 listed, widened to <= 8
         ("draft", 4, SamplingParams(temperature=1.2, top_k=6, top_p=0.9)),  # truncated target
         ("ngram", 1, SamplingParams(temperature=1.0)),  # point-mass proposals
         ("draft", 0, SamplingParams(temperature=0.8)),  # coupled drafts: the token alone
@@ -155,6 +159,7 @@ def _engine(
     ids=[
         "full-q",
         "sparse-q",
+        "widened-q",
         "sparse-q-truncated-p",
         "ngram-point-mass",
         "coupled",
@@ -168,6 +173,9 @@ def test_output_distribution_is_the_targets(
     counts = sample_joint(engine, params)
     assert engine.stats.num_draft_tokens > 0  # speculation really happened
     assert engine.stats.num_accepted_tokens > 0
+    if proposer == "draft-widening":  # lists really widened past the 2 of the base
+        assert isinstance(engine.proposer, DraftModelProposer)
+        assert engine.proposer.sampler.num_widened_rows > 0
     assert_same_distribution(counts, exact_joint(pair[0], params))
 
 

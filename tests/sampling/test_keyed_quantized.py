@@ -1,5 +1,6 @@
 """Keyed draft randomness and quantised sparse proposals: exact, deterministic, uniform."""
 
+import itertools
 from fractions import Fraction
 
 import pytest
@@ -46,34 +47,38 @@ def test_draws_are_uniform() -> None:
     assert scipy.stats.chisquare(counts.numpy()).pvalue > 1e-3
 
 
-def _largest_remainder(probs: list[float]) -> list[int]:
-    """Reference: exact rational arithmetic, remainders descending, ties to the lower index."""
+def _rounded_running_sums(probs: list[float]) -> list[int]:
+    """Reference: exact rational arithmetic; counts are the differences of the running sums
+    scaled to N and rounded half up."""
     exact = [Fraction(p) for p in probs]
     total = sum(exact)
-    scaled = [e / total * PROPOSAL_TOTAL for e in exact]
-    floors = [int(x) for x in scaled]
-    order = sorted(range(len(probs)), key=lambda i: (-(scaled[i] - floors[i]), i))
-    for i in order[: PROPOSAL_TOTAL - sum(floors)]:
-        floors[i] += 1
-    return floors
+    running, rounded = Fraction(0), [0]
+    for e in exact:
+        running += e
+        rounded.append(int(running / total * PROPOSAL_TOTAL + Fraction(1, 2)))
+    return [b - a for a, b in itertools.pairwise(rounded)]
 
 
-def test_quantize_is_largest_remainder_summing_to_n() -> None:
+@pytest.mark.parametrize("width", [32, 3000])
+def test_quantize_rounds_the_running_sums_summing_to_n(width: int) -> None:
     gen = torch.Generator().manual_seed(0)
-    probs = torch.softmax(torch.randn(50, 32, generator=gen) * 3, dim=-1)
+    probs = torch.softmax(torch.randn(20, width, generator=gen) * 3, dim=-1)
     probs = probs.sort(dim=-1, descending=True).values
     counts = quantize_counts(probs)
     assert counts.dtype == torch.int64
     assert bool((counts.sum(dim=-1) == PROPOSAL_TOTAL).all())
-    for row in range(probs.shape[0]):
-        assert counts[row].tolist() == _largest_remainder(probs[row].double().tolist())
+    scaled = probs.double() / probs.double().sum(-1, keepdim=True) * PROPOSAL_TOTAL
+    assert bool(((counts - scaled).abs() < 1.0).all())  # every count within one of N q
+    assert bool((counts[scaled >= 1.0] >= 1).all())  # and one worth a count keeps one
+    for row in range(0, probs.shape[0], 5):
+        assert counts[row].tolist() == _rounded_running_sums(probs[row].double().tolist())
     # q = count / N is exact in float32
     assert torch.equal(counts_to_probs(counts).double() * PROPOSAL_TOTAL, counts.double())
 
 
 def test_quantize_ties_and_tiny_mass() -> None:
     counts = quantize_counts(torch.tensor([[1 / 3, 1 / 3, 1 / 3], [1 - 1e-9, 1e-9, 0.0]]))
-    assert counts[0].tolist() == [10923, 10923, 10922]  # the spare count goes to the first
+    assert counts[0].tolist() == [10923, 10922, 10923]  # 10922.67, 21845.33, 32768 rounded
     assert counts[1].tolist() == [PROPOSAL_TOTAL, 0, 0]  # too small to keep: dropped
 
 

@@ -151,3 +151,54 @@ def test_sparse_mass_out_of_range_is_refused() -> None:
             DraftSampler(8, sparse_mass=mass)
         with pytest.raises(RequestError, match="sparse mass"):
             EngineConfig(draft_sparse_mass=mass)
+
+
+def test_a_short_row_widens_to_cover_the_listing_mass_and_draws_what_it_sends() -> None:
+    """A flat row whose best 2 tokens hold little of q lists, when its tail is costly
+    (listing_mass 0.9), its best tokens down to where they cover 0.9 (by bins of log q: at
+    most one bin more), at most max_listed; the draft still follows the counts it sends."""
+    logits = torch.randn(VOCAB, generator=torch.Generator().manual_seed(5)) * 0.8
+    q = torch.softmax(logits, -1)
+    sampler = DraftSampler(sparse_top_k=2, max_listed=30)
+    keys = [RowKey(1.0, seed, 4, listing_mass=0.9) for seed in range(NUM_DRAWS)]
+    steps = sampler.sample(logits.expand(NUM_DRAWS, -1).clone(), keys, with_alternatives=False)
+    assert sampler.num_widened_rows == NUM_DRAWS
+    sparse = steps[0].sparse
+    assert sparse is not None
+    listed = sparse.counts > 0
+    fewest = int((q.sort(descending=True).values.cumsum(0) < 0.9).sum()) + 1
+    assert fewest <= int(listed.sum()) <= 30
+    assert float(q[sparse.ids[listed]].sum()) >= 0.9
+    # every listed token is at least as likely as every unlisted one
+    unlisted = torch.ones(VOCAB, dtype=torch.bool)
+    unlisted[sparse.ids[listed]] = False
+    assert float(q[sparse.ids[listed]].min()) >= float(q[unlisted].max())
+    shaped = q.clone()
+    shaped[sparse.ids[listed]] = 0.0
+    shaped = shaped / shaped.sum() * sparse.tail / PROPOSAL_TOTAL
+    shaped[sparse.ids[listed]] = sparse.counts[listed].double().float() / PROPOSAL_TOTAL
+    tokens = torch.tensor([s.token for s in steps])
+    assert chi_square_p(tokens, shaped) > MIN_P_VALUE
+
+
+def test_rows_widen_only_where_the_base_list_leaves_too_much_to_the_tail() -> None:
+    peaked = torch.linspace(12.0, -12.0, VOCAB)  # its best 2 hold 0.70 of q
+    flat = torch.linspace(0.0, -4.0, VOCAB)  # a token per bin of log q: the cut is exact
+    fewest = int((torch.softmax(flat, -1).cumsum(0) < 0.5).sum()) + 1
+    sampler = DraftSampler(sparse_top_k=2, max_listed=VOCAB)
+    keys = [RowKey(1.0, 1, 3, listing_mass=0.5), RowKey(1.0, 2, 3, listing_mass=0.5)]
+    steps = sampler.sample(torch.stack([peaked, flat]), keys, False)
+    widths = [int((s.sparse.counts > 0).sum()) for s in steps if s.sparse is not None]
+    assert widths == [2, fewest] and fewest > 2  # the fewest best tokens that cover 0.5
+    assert sampler.num_widened_rows == 1
+    # a row whose tail costs nothing does not widen, beside one that does
+    keys[1].listing_mass = 0.0
+    steps = sampler.sample(torch.stack([flat, flat]), keys, False)
+    assert [int((s.sparse.counts > 0).sum()) for s in steps if s.sparse] == [fewest, 2]
+    keys[0].listing_mass = 0.0
+    steps = sampler.sample(torch.stack([peaked, flat]), keys, False)
+    assert [int((s.sparse.counts > 0).sum()) for s in steps if s.sparse] == [2, 2]
+    with pytest.raises(ValueError, match="max_listed"):
+        DraftSampler(sparse_top_k=8, max_listed=4)
+    with pytest.raises(RequestError, match="max listed"):
+        EngineConfig(draft_sparse_top_k=8, draft_sparse_max_listed=4)

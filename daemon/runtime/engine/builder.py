@@ -81,6 +81,7 @@ def build_engine(spec: EngineSpec, progress: BuildProgress | None = None) -> Bui
             draft,
             sparse_top_k=config.draft_sparse_top_k,
             sparse_mass=config.draft_sparse_mass,
+            max_listed=config.draft_sparse_max_listed,
             max_prefill_tokens=config.max_prefill_tokens,
         )
     elif spec.ngram:

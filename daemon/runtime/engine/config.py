@@ -17,6 +17,9 @@ class EngineConfig:
     draft_sparse_top_k: int = 32
     # list no more of the draft's best tokens than it takes to cover this much of its mass
     draft_sparse_mass: float = 1.0
+    # a row's list widens up to this many tokens while the verifier rejects the drafts drawn
+    # from the tail (proposers/tail_verdicts.py); None: DEFAULT_MAX_LISTED
+    draft_sparse_max_listed: int | None = None
     # prompt tokens prefilled together in one padded pass; None: the device's default
     # (model.batch.prefill_budget: 512 on a CPU, 8192 on a GPU)
     max_prefill_tokens: int | None = None
@@ -33,5 +36,12 @@ class EngineConfig:
             raise RequestError(f"draft sparse top-k must be >= 0, got {self.draft_sparse_top_k}")
         if not 0.0 < self.draft_sparse_mass <= 1.0:
             raise RequestError(f"draft sparse mass must be in (0, 1], got {self.draft_sparse_mass}")
+        if self.draft_sparse_max_listed is not None and (
+            self.draft_sparse_max_listed < self.draft_sparse_top_k
+        ):
+            raise RequestError(
+                f"draft sparse max listed ({self.draft_sparse_max_listed}) must be >= the "
+                f"draft sparse top-k ({self.draft_sparse_top_k})"
+            )
         if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
             raise RequestError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")

@@ -144,6 +144,7 @@ class SpecEngine:
             adaptive=adaptive,
             draft_sparse_top_k=self.config.draft_sparse_top_k,
             draft_sparse_mass=self.config.draft_sparse_mass,
+            draft_sparse_max_listed=self.config.draft_sparse_max_listed,
             max_prefill_tokens=self.config.max_prefill_tokens,
         )
         costs = self.controller.costs

@@ -43,6 +43,7 @@ class SequencePlan:
     k: int  # drafts per branch
     temperature: float
     draft_seed: int
+    listing_mass: float = 0.0  # its sampled drafts' lists (DraftRow.listing_mass)
     main: DraftRow | None = None  # guesses the bonus, then drafts in the main slot
     main_branch: PlannedBranch | None = None
     forks: list[PlannedBranch] = field(default_factory=list)
@@ -184,6 +185,7 @@ class BranchPlanner:
             num_to_draft=k,
             temperature=plan.temperature,
             draft_seed=plan.draft_seed,
+            listing_mass=plan.listing_mass,
             parent=plan.slot,
             fork_position=fork,
         )

@@ -25,8 +25,9 @@ from daemon.runtime.model.protocol import CausalLM, ForkingCausalLM, supports_fo
 from daemon.runtime.proposers.base import Proposals, ProposeRequest, empty_proposals
 from daemon.runtime.proposers.branch_planner import BranchPlanner, SequencePlan
 from daemon.runtime.proposers.draft_rows import DraftRow, SlotState, run_rows
-from daemon.runtime.proposers.draft_sampling import DraftSampler
+from daemon.runtime.proposers.draft_sampling import DraftSampler, default_max_listed
 from daemon.runtime.proposers.drafts import NO_BRANCH, DraftRecord, PreparedBranch, pack_records
+from daemon.runtime.proposers.tail_verdicts import TailVerdicts
 
 DEFAULT_BRANCH_WIDTH = 3  # guesses considered per position (see bench/remote_branches.py)
 DEFAULT_MAX_BRANCHES = 6  # rows per sequence when preparing, the main one included (at most)
@@ -46,6 +47,8 @@ class DraftModelProposer:
         max_prefill_tokens: int | None = None,
         *,
         sparse_mass: float = 1.0,
+        max_listed: int | None = None,
+        tail_prior: float = 1.0,
         branch_width: int = DEFAULT_BRANCH_WIDTH,
         max_branches: int = DEFAULT_MAX_BRANCHES,
         max_branch_k: int = DEFAULT_MAX_BRANCH_K,
@@ -54,7 +57,10 @@ class DraftModelProposer:
     ) -> None:
         """is_branching: record, from the first proposal on, what `prepare` plans with (the
         draft's alternatives and probabilities at every position); it also turns on by itself
-        at the first `prepare`. Off, in-process drafting does no work it never uses."""
+        at the first `prepare`. Off, in-process drafting does no work it never uses.
+        max_listed: the tokens a sampled draft's list may widen to while the verifier rejects
+        the sequence's tail drafts (None: DEFAULT_MAX_LISTED); tail_prior: the acceptance of
+        tail drafts each sequence starts out believing (1: its lists start short)."""
         self.model = model
         # padded tokens per prefill pass
         self.max_prefill_tokens = prefill_budget(max_prefill_tokens, model.device)
@@ -68,13 +74,20 @@ class DraftModelProposer:
             min_branch_prob=min_branch_prob,
         )
         self.sampler = DraftSampler(
-            sparse_top_k, num_alternatives=branch_width + 1, sparse_mass=sparse_mass
+            sparse_top_k,
+            num_alternatives=branch_width + 1,
+            sparse_mass=sparse_mass,
+            max_listed=default_max_listed(sparse_top_k, max_listed),
         )
+        self.tail_prior = tail_prior
+        self._tails: dict[int, TailVerdicts] = {}  # per sequence: how far to widen its lists
+        self.tail_verdicts = TailVerdicts()  # every sequence's, for statistics only
         self._forks_ready = False  # the branch cache is allocated at the first `prepare`
         self.is_branching = is_branching
         self._states: dict[int, SlotState] = {}
         self._outstanding: dict[int, DraftRecord] = {}  # the proposal the verifier checks
         self._plans: dict[int, SequencePlan] = {}  # the last prepare's, until adopted
+        self._bases: dict[int, int] = {}  # committed tokens before the outstanding drafts
 
     # -- sequences ------------------------------------------------------------------------
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
@@ -88,6 +101,8 @@ class DraftModelProposer:
             self._forget(slot)
             self._states[slot] = SlotState(num_committed=len(prompt))
             self._outstanding[slot] = DraftRecord()  # no proposal yet: m = 0
+            self._bases[slot] = len(prompt)
+            self._tails[slot] = TailVerdicts(self.tail_prior)
 
     def release(self, slot: int) -> None:
         self._forget(slot)
@@ -97,6 +112,8 @@ class DraftModelProposer:
         self._states.pop(slot, None)
         self._outstanding.pop(slot, None)
         self._plans.pop(slot, None)
+        self._bases.pop(slot, None)
+        self._tails.pop(slot, None)
 
     # -- fresh drafts -----------------------------------------------------------------------
     def propose(self, request: ProposeRequest) -> Proposals:
@@ -105,7 +122,9 @@ class DraftModelProposer:
         rows: list[DraftRow] = []
         for b, slot in enumerate(request.slots):
             self._plans.pop(slot, None)
+            self._observe(slot, request.token_ids[b])
             self._outstanding[slot] = records[b]
+            self._bases[slot] = len(request.token_ids[b])
             tokens = request.token_ids[b]
             k = min(request.num_to_draft[b], self.model.max_model_len - len(tokens))
             if k > 0:
@@ -120,10 +139,32 @@ class DraftModelProposer:
         proposals.draft_time_s = time.perf_counter() - start
         return proposals
 
-    def _activate(self, request: ProposeRequest, b: int, tail: list[int], k: int) -> DraftRow:
+    def _observe(self, slot: int, committed: list[int]) -> None:
+        """Learn from the verdict on the slot's outstanding drafts, now in `committed` (the
+        sequence's committed tokens)."""
+        record, base = self._outstanding.get(slot), self._bases.get(slot)
+        if record is not None and len(record) and base is not None:
+            self._observe_verdict(slot, record, committed[base:])
+
+    def _observe_verdict(self, slot: int, record: DraftRecord, committed: list[int]) -> None:
+        tails = self._tails.get(slot)
+        if tails is not None:
+            tails.observe(record, committed)
+        self.tail_verdicts.observe(record, committed)
+
+    def _listing_mass(self, slot: int, with_latest: bool) -> float:
+        """How much of q the slot's sampled drafts should list (tail_verdicts.py: fresh
+        drafts after the latest verdict leave it out, prepared ones before it take it in)."""
+        tails = self._tails.get(slot)
+        return tails.listing_mass(with_latest) if tails is not None else 0.0
+
+    def _activate(
+        self, request: ProposeRequest, b: int, tail: list[int], k: int, prepared: bool = False
+    ) -> DraftRow:
         """A main row that leaves the slot holding committed + `tail`: it feeds from the first
         position the cache does not already hold (at least the last token: its logits are
-        needed), rolling back whatever the verifier did not commit."""
+        needed), rolling back whatever the verifier did not commit. `prepared`: it drafts
+        before the verdict on the outstanding proposal (its lists: tail_verdicts.py)."""
         slot, committed = request.slots[b], request.token_ids[b]
         state = self._states.get(slot)
         if state is None:
@@ -145,6 +186,7 @@ class DraftModelProposer:
             num_to_draft=k,
             temperature=request.params[b].temperature,
             draft_seed=request.draft_seeds[b],
+            listing_mass=self._listing_mass(slot, with_latest=prepared),
             state=state,
         )
 
@@ -193,11 +235,12 @@ class DraftModelProposer:
             k=k,
             temperature=request.params[b].temperature,
             draft_seed=request.draft_seeds[b],
+            listing_mass=self._listing_mass(request.slots[b], with_latest=True),
             num_forks=num_forks,
         )
         room = self.model.max_model_len - (num_committed + len(record))
         if min(k, room) > 0:
-            plan.main = self._activate(request, b, record.tokens, min(k, room))
+            plan.main = self._activate(request, b, record.tokens, min(k, room), prepared=True)
             plan.main.is_guessing = True
         self.planner.plan_corrections(plan)
         return plan
@@ -216,6 +259,10 @@ class DraftModelProposer:
         record = self._outstanding.pop(slot, None)
         if record is not None:
             self.planner.observe(record, plan.bonus_guesses if plan else [], committed)
+            self._observe_verdict(slot, record, committed)
+        base = self._bases.pop(slot, None)
+        if base is not None:  # the next drafts follow what the verifier just committed
+            self._bases[slot] = base + len(committed)
         if branch == NO_BRANCH:
             # the verifier drafts afresh (a propose follows) or goes without drafts: m = 0
             self._outstanding[slot] = DraftRecord()

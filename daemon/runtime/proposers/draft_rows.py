@@ -35,6 +35,7 @@ class DraftRow:
     num_to_draft: int  # drafts still wanted
     temperature: float
     draft_seed: int
+    listing_mass: float = 0.0  # sampled drafts: how far to widen their lists (RowKey)
     parent: int = NO_FORK  # fork rows: the parent's main slot
     fork_position: int = 0  # fork rows: first position the branch owns
     is_guessing: bool = False  # the next logits give guesses, not a draft
@@ -54,7 +55,7 @@ class DraftRow:
         return self.next_pos + len(self.chunk)
 
     def key(self) -> RowKey:
-        return RowKey(self.temperature, self.draft_seed, self.new_position)
+        return RowKey(self.temperature, self.draft_seed, self.new_position, self.listing_mass)
 
 
 # (the guessing row, its guesses best first, their probabilities) -> rows to start

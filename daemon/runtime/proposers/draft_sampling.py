@@ -39,6 +39,20 @@ from daemon.runtime.sampling.quantized import (
 )
 
 TAIL_SALT = 0x5851F42D4C957F2D  # the fallback tail token's stream (no unlisted mass left)
+# a proposer's default byte budget: tokens a row's list may widen to (~29 KB a round of 4
+# drafts per sequence on the wire when every row widens; bench/proposal_acceptance.py)
+DEFAULT_MAX_LISTED = 2048
+LOG_Q_BIN = 1 / 32  # a widened row's cut falls between bins of log q this wide...
+NUM_LOG_Q_BINS = 1024  # ...counted down to 32 nats below its best token (the rest: one bin)
+
+
+def default_max_listed(sparse_top_k: int, max_listed: int | None) -> int:
+    """The widest list a proposer's rows may take: `max_listed` if given, else
+    DEFAULT_MAX_LISTED (sparse_top_k if larger); coupled drafting (sparse_top_k 0) lists
+    nothing."""
+    if sparse_top_k == 0:
+        return 0
+    return max(DEFAULT_MAX_LISTED, sparse_top_k) if max_listed is None else max_listed
 
 
 @dataclass(slots=True)
@@ -48,6 +62,9 @@ class RowKey:
     temperature: float  # 0: greedy
     draft_seed: int
     position: int  # absolute position of the token being drafted
+    # a sampled row whose best sparse_top_k tokens cover less of q than this lists up to
+    # max_listed instead, until they cover it (proposers/tail_verdicts.py); 0: never
+    listing_mass: float = 0.0
 
 
 @dataclass(slots=True)
@@ -61,7 +78,11 @@ class DraftStep:
 
 class DraftSampler:
     def __init__(
-        self, sparse_top_k: int, num_alternatives: int = 1, sparse_mass: float = 1.0
+        self,
+        sparse_top_k: int,
+        num_alternatives: int = 1,
+        sparse_mass: float = 1.0,
+        max_listed: int | None = None,
     ) -> None:
         if sparse_top_k < 0:
             raise ValueError(f"sparse_top_k must be >= 0, got {sparse_top_k}")
@@ -69,9 +90,17 @@ class DraftSampler:
             raise ValueError(f"num_alternatives must be >= 1, got {num_alternatives}")
         if not 0.0 < sparse_mass <= 1.0:
             raise ValueError(f"sparse_mass must be in (0, 1], got {sparse_mass}")
+        max_listed = sparse_top_k if max_listed is None else max_listed
+        if max_listed < sparse_top_k:
+            raise ValueError(
+                f"max_listed ({max_listed}) must be >= sparse_top_k ({sparse_top_k}): a wider "
+                "list is the base list and more"
+            )
         self.sparse_top_k = sparse_top_k  # 0: coupled drafts, no proposal beyond the token
         self.sparse_mass = sparse_mass  # list tokens until they cover this much of q
         self.num_alternatives = num_alternatives  # best tokens reported per row
+        self.max_listed = max_listed  # tokens a row's list may widen to (RowKey.listing_mass)
+        self.num_widened_rows = 0  # rows that listed past sparse_top_k, since construction
 
     def sample(
         self,
@@ -221,19 +250,95 @@ class DraftSampler:
         temps = torch.tensor([k.temperature for k in keys])  # [A'] on the host
         on_device = temps.to(logits.device)
         vocab_size = logits.shape[-1]
-        top_logits, ids = top_k(logits, min(self.sparse_top_k, vocab_size))  # [A', S]
-        # [A', S] q at the listed tokens, best first; the rest of the draw runs on the host
-        # (small tensors; no-ops on a CPU)
+        log_norms = log_normalizers(logits, on_device)  # [A'] one read of the logits
+        top, ids = self._listed(logits, on_device, log_norms, self.sparse_top_k)  # [A', S]
+        # [A'] the mass each row's list should cover, at most sparse_mass
+        wide_mass = torch.tensor([min(k.listing_mass, self.sparse_mass) for k in keys])
+        if self.max_listed > self.sparse_top_k and bool((wide_mass > 0.0).any()):
+            # rows whose base list leaves more than 1 - wide_mass of q to the tail's coupling
+            short = (top.sum(dim=-1) < wide_mass).nonzero().flatten()
+            if len(short) and vocab_size > self.sparse_top_k:
+                self.num_widened_rows += len(short)
+                return self._draw_rows(
+                    logits,
+                    keys,
+                    temps,
+                    *self._widened(logits, on_device, log_norms, top, ids, short, wide_mass),
+                )
+        if self.sparse_mass < 1.0:  # list no more than it takes to cover sparse_mass
+            top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
+        return self._draw_rows(logits, keys, temps, top, ids)
+
+    def _listed(
+        self, logits: torch.Tensor, temps: torch.Tensor, log_norms: torch.Tensor, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [A', V], temps [A'] and log normalisers [A'] on the logits' device -> q at
+        each row's best `width` tokens [A', S] float32 and their ids [A', S] int64, best first,
+        on the host (small tensors; no-ops on a CPU)."""
+        top_logits, ids = top_k(logits, min(width, logits.shape[-1]))  # [A', S]
         top = (
-            (top_logits.double() / on_device.double().unsqueeze(-1))
-            .sub_(log_normalizers(logits, on_device).unsqueeze(-1))
+            (top_logits.double() / temps.double().unsqueeze(-1))
+            .sub_(log_norms.unsqueeze(-1))
             .exp_()
             .float()
             .cpu()
         )
-        ids = ids.cpu()
-        if self.sparse_mass < 1.0:  # list no more than it takes to cover sparse_mass
+        return top, ids.cpu()
+
+    def _widened(
+        self,
+        logits: torch.Tensor,
+        temps: torch.Tensor,
+        log_norms: torch.Tensor,
+        top: torch.Tensor,
+        ids: torch.Tensor,
+        short: torch.Tensor,
+        wide_mass: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The base lists top, ids [A', S]; `short` [W] the rows that list instead the best of
+        their best max_listed tokens, down to where those cover wide_mass [A'] (all if
+        they do not) -> top, ids [A', M] (M = max(S, max_listed); not listed: q 0, padding)
+        with the base rows cut to sparse_mass. The best max_listed come unsorted (a third of
+        a sorted top-k's time) and the cut falls at a bin of log q: every token in a bin
+        above it is listed, one bin's mass more than the sorted cut at most."""
+        rows = short.to(logits.device)
+        width = min(self.max_listed, logits.shape[-1])
+        top_logits, wide_ids = logits[rows].topk(width, dim=-1, sorted=False)  # [W, M]
+        log_q = (
+            (top_logits.double() / temps[rows].double().unsqueeze(-1))
+            .sub_(log_norms[rows].unsqueeze(-1))
+            .cpu()
+        )  # [W, M]
+        wide_ids = wide_ids.cpu()
+        wide_top = log_q.exp()
+        # [W, M] each token's bin: how far below the row's best it is, in steps of LOG_Q_BIN
+        bins = (log_q.max(dim=-1, keepdim=True).values - log_q).div_(LOG_Q_BIN).floor_()
+        bins = bins.clamp_(max=NUM_LOG_Q_BINS - 1).long()
+        in_bins = torch.zeros(len(short), NUM_LOG_Q_BINS, dtype=torch.float64)
+        covered = in_bins.scatter_add_(1, bins, wide_top).cumsum_(dim=-1)  # [W, bins]
+        # [W, 1] the bin reaching the row's mass
+        last_bin = (covered < wide_mass[short].double().unsqueeze(-1)).sum(dim=-1, keepdim=True)
+        wide_top = torch.where(bins <= last_bin, wide_top, 0.0).float()
+        if self.sparse_mass < 1.0:
             top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
+        width = max(top.shape[-1], wide_top.shape[-1])
+        out_top = torch.zeros(top.shape[0], width)
+        out_ids = torch.zeros(top.shape[0], width, dtype=torch.long)  # padding: id 0, q 0
+        out_top[:, : top.shape[-1]], out_ids[:, : top.shape[-1]] = top, ids
+        out_top[short], out_ids[short] = wide_top, wide_ids
+        return out_top, out_ids
+
+    def _draw_rows(
+        self,
+        logits: torch.Tensor,
+        keys: list[RowKey],
+        temps: torch.Tensor,
+        top: torch.Tensor,
+        ids: torch.Tensor,
+    ) -> list[tuple[int, SparseDraw]]:
+        """q at the listed tokens top [A', S] (0: not listed) and their ids [A', S] -> (token,
+        counts it was drawn from) per row."""
+        vocab_size = logits.shape[-1]
         counts, tails = quantize_with_tail(top)  # [A', S], [A'] int64: rows sum to 2^15
         draws = torch.tensor([keyed_draw(k.draft_seed, k.position, PROPOSAL_BITS) for k in keys])
         # [A'] index into [counts..., tail]: S means the tail

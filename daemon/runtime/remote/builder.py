@@ -30,6 +30,7 @@ class DraftServerSpec:
     backend: str = "auto"  # "auto" | "lean" | "hf" (hf: no fork rows, main branch only)
     sparse_top_k: int = 32  # support of a sampled draft's proposal
     sparse_mass: float = 1.0  # ...listing no more than it takes to cover this much mass
+    sparse_max_listed: int | None = None  # ...widening up to this (None: DEFAULT_MAX_LISTED)
     max_prefill_tokens: int | None = None  # None: the device's default (prefill_budget)
     branch_width: int = DEFAULT_BRANCH_WIDTH  # guesses considered per position
     max_branches: int = DEFAULT_MAX_BRANCHES  # rows per sequence when preparing
@@ -50,6 +51,12 @@ def build_draft_proposer(
         )
     if not 0.0 < spec.sparse_mass <= 1.0:
         raise SpecError(f"sparse_mass must be in (0, 1], got {spec.sparse_mass}")
+    max_listed = spec.sparse_max_listed
+    if max_listed is not None and not spec.sparse_top_k <= max_listed <= MAX_LISTED:
+        raise SpecError(
+            f"sparse_max_listed must be in [sparse_top_k = {spec.sparse_top_k}, {MAX_LISTED}] "
+            f"for a remote drafter (what the wire carries per draft), got {max_listed}"
+        )
     model = load_model(
         spec.draft,
         dtype=spec.dtype,
@@ -64,6 +71,7 @@ def build_draft_proposer(
         as_leader(model),
         sparse_top_k=spec.sparse_top_k,
         sparse_mass=spec.sparse_mass,
+        max_listed=max_listed,
         max_prefill_tokens=spec.max_prefill_tokens,
         branch_width=spec.branch_width,
         max_branches=spec.max_branches,

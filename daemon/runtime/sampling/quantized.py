@@ -8,12 +8,15 @@ every draft; the tail keeps the proposal as small and still lets the drafts that
 the rest of the vocabulary be accepted. How the tail's token is picked and tested (a shared
 Gumbel field, the target's shape on the unlisted tokens) is in sampling/rejection.py.
 
-The top-S probabilities and the tail are rounded to integer counts that sum to exactly N
-(largest-remainder rounding: floors first, then one more count to the entries with the
-largest remainders, ties to the more likely token). The draft token is drawn from those
-counts with an integer draw u in [0, N): the entry whose cumulative range [c_{i-1}, c_i)
-holds u. The verifier receives the counts and uses q = count / N, which float32 holds exactly
-(N is a power of two and counts are < 2^24), and tail / N for the class of unlisted tokens.
+The top-S probabilities and the tail are rounded to integer counts that sum to exactly N:
+each entry's count is the difference of the rounded running sums, N * (q_1 + ... + q_i)
+rounded to the nearest integer (halves up), so every count is within one of N q_i, one of at
+least 1 keeps a count, and the rounding is one pass with no sort, however many tokens a
+draft lists (a wide list holds thousands: proposers/tail_verdicts.py). The draft token is
+drawn from those counts with an integer draw u in [0, N): the entry whose cumulative range
+[c_{i-1}, c_i) holds u. The verifier receives the counts and uses q = count / N, which
+float32 holds exactly (N is a power of two and counts are < 2^24), and tail / N for the class
+of unlisted tokens.
 
 So the numbers the drafter sampled from and the numbers the verifier tests against are the
 same integers on any hardware, in any process: that is what keeps a remote proposal lossless.
@@ -30,23 +33,18 @@ MAX_LISTED = 4095  # tokens one proposal lists on the wire
 
 def quantize_counts(probs: torch.Tensor) -> torch.Tensor:
     """probs [R, S] (rows sum to ~1, non-negative) -> counts [R, S] int64, rows summing to
-    PROPOSAL_TOTAL exactly, by largest-remainder rounding."""
+    PROPOSAL_TOTAL exactly: the differences of the rounded running sums (module doc)."""
     if probs.dim() != 2 or probs.shape[-1] == 0:
         raise ValueError(f"probs must be [R, S] with S >= 1, got shape {tuple(probs.shape)}")
-    # float64 makes the floors robust; the rounding rule, not the precision, makes it exact.
+    # float64 makes the sums robust; the rounding rule, not the precision, makes it exact.
     exact = probs.double().clamp(min=0.0)
-    exact = exact / exact.sum(dim=-1, keepdim=True) * PROPOSAL_TOTAL  # [R, S]
-    floors = exact.floor()
-    remainders = exact - floors
-    # [R] counts still to hand out: in [0, S) since the remainders are each < 1
-    missing = PROPOSAL_TOTAL - floors.sum(dim=-1).long()
-    # [R, S] rank of each entry by remainder, largest first; ties: lower index (more likely)
-    order = torch.argsort(remainders, dim=-1, descending=True, stable=True)
-    ranks = torch.empty_like(order).scatter_(
-        -1, order, torch.arange(order.shape[-1]).expand_as(order)
-    )
-    counts = floors.long() + (ranks < missing.unsqueeze(-1)).long()
-    if bool((counts.sum(dim=-1) != PROPOSAL_TOTAL).any()):
+    running = exact.cumsum(dim=-1)  # [R, S]
+    running = running / running[:, -1:] * PROPOSAL_TOTAL
+    # [R, S] rounded running sums, the last exactly N (halves up: floor(x + 1/2))
+    rounded = (running + 0.5).floor().long()
+    rounded[:, -1] = PROPOSAL_TOTAL
+    counts = torch.diff(rounded, dim=-1, prepend=torch.zeros_like(rounded[:, :1]))
+    if bool((counts < 0).any()) or bool((counts.sum(dim=-1) != PROPOSAL_TOTAL).any()):
         raise ValueError("probabilities could not be quantised (non-finite or all zero)")
     return counts
 
