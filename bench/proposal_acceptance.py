@@ -37,8 +37,7 @@ from rich.table import Table
 
 from bench.workload import load_prompt_texts, tokenize
 from daemon.runtime.engine.config import EngineConfig
-from daemon.runtime.proposers.draft_sampling import DEFAULT_MAX_LISTED
-from daemon.runtime.proposers.tail_verdicts import TAIL_LOSS
+from daemon.runtime.proposers.tail_verdicts import SUGGESTED_MAX_LISTED, TAIL_LOSS
 from daemon.runtime.remote.wire_budget import bytes_per_round_per_seq
 from daemon.runtime.sampling.quantized import MAX_LISTED, PROPOSAL_TOTAL, quantize_with_tail
 from specctl.console import make_console
@@ -96,14 +95,14 @@ class ProposalFormat:
 def learned_format(
     p: torch.Tensor, q: torch.Tensor, width: int = DEFAULT_PROPOSAL
 ) -> ProposalFormat:
-    """What a drafter with the default proposal learns to list on these positions
+    """What a drafter with proposal_max_tokens = SUGGESTED_MAX_LISTED learns to list here
     (proposers/tail_verdicts.py): its tail drafts' acceptance a at the base width, from the
     exact per-position figures, gives the listing mass 1 - TAIL_LOSS / (1 - a); rows short of
-    it widen up to DEFAULT_MAX_LISTED. (The engine cuts at bins of log q; this cut is exact.)"""
+    it widen up to SUGGESTED_MAX_LISTED. (The engine cuts at bins of log q; this cut is exact.)"""
     _, _, tail_q, tail_accept = _acceptance_parts(p, q, ProposalFormat(width))
     acceptance = float(tail_accept.sum() / tail_q.sum().clamp(min=1e-300))
     mass = max(0.0, 1.0 - TAIL_LOSS / max(1.0 - acceptance, 1e-9))
-    return ProposalFormat(width, widen_to=DEFAULT_MAX_LISTED, widen_mass=mass)
+    return ProposalFormat(width, widen_to=SUGGESTED_MAX_LISTED, widen_mass=mass)
 
 
 def parse_formats(text: str) -> list[ProposalFormat | None]:

@@ -3,6 +3,7 @@
     python -m bench.vocab_bench [--vocab 151936] [--batch 16] [--k 4] [--rounds 12]
     python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32,4096
     python -m bench.vocab_bench --pair demo --sparse-top-k 254 --sparse-mass 0.9,0.99,1
+    python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32 --max-listed 2048
 
 A tiny random Llama with Qwen's vocabulary (151,936) is both draft and target (two loaded
 copies of one checkpoint), so every draft should be accepted whatever the temperature: the
@@ -14,7 +15,9 @@ the proposal's bytes per round per sequence on the wire. `--pair demo` runs the 
 pair instead (code prompts), where several `--sparse-top-k` widths compare the compact
 proposal with full-distribution drafting (width = the vocabulary). `--sparse-mass` lists no
 more of the draft's best tokens than it takes to cover that mass (fewer bytes where the draft
-is confident); the table shows the tokens listed per sampled draft and the bytes that makes.
+is confident); `--max-listed` lets a sequence widen its lists up to that many tokens while the
+verifier rejects its tail drafts (proposers/tail_verdicts.py); the table shows the tokens
+listed per sampled draft and the bytes that makes.
 Width 0 is coupled drafting (the token alone, matched against the verifier's own draw with
 the same Gumbel field); by default the bench compares it with the default width.
 """
@@ -122,8 +125,8 @@ def run_mode(
     sparse_mass: float = 1.0,
     max_listed: int | None = None,
 ) -> VocabResult:
-    """One engine run, every prompt at once (batch = len(prompts)); max_listed None: the
-    engine's default widening (proposers/tail_verdicts.py), else rows list at most that."""
+    """One engine run, every prompt at once (batch = len(prompts)); rows widen their lists up
+    to max_listed tokens (proposers/tail_verdicts.py; None: they do not)."""
     batch = len(prompts)
     params = SamplingParams(temperature=temperature, max_tokens=rounds * (k + 1), ignore_eos=True)
     seed = 1234 if temperature > 0 else None
@@ -168,7 +171,7 @@ def run_mode(
         mode += ", coupled" if sparse_top_k == 0 else f", top-{sparse_top_k}+tail"
     mode += f", mass {sparse_mass:g}" if temperature > 0 and sparse_mass < 1.0 else ""
     widens = temperature > 0 and proposer.sampler.max_listed > sparse_top_k
-    mode += ", widening" if widens else ""
+    mode += f", widening to {proposer.sampler.max_listed}" if widens else ""
     sampled = temperature > 0
     wire_bytes = None
     if sparse_top_k <= MAX_LISTED or not sampled:
@@ -246,9 +249,9 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated: list no more tokens than it takes to cover this mass",
     )  # fmt: skip
     parser.add_argument(
-        "--no-widening", action="store_true",
-        help="rows list at most --sparse-top-k tokens (default: they widen while the verifier "
-        "rejects their tail drafts, up to the engine's default budget)",
+        "--max-listed", type=int, default=None,
+        help="rows widen their lists up to this many tokens while the verifier rejects their "
+        "tail drafts (proposal_max_tokens; default: they list --sparse-top-k)",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.rounds,
                 w,
                 m,
-                max_listed=w if args.no_widening else None,
+                max_listed=max(w, args.max_listed) if args.max_listed and w else None,
             )
             for t in temperatures
             for w in (widths if t > 0 else widths[:1])

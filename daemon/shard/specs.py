@@ -27,7 +27,7 @@ class VerifierSpec:
     mode: Literal["sync", "overlapped"] = "sync"  # remote proposer only
     sparse_top_k: int = 32  # a colocated draft model's proposals: tokens listed at most...
     sparse_mass: float = 1.0  # ...and no more than cover this much of its mass
-    # a row's list widens up to this when tail drafts are rejected (None: DEFAULT_MAX_LISTED)
+    # a row's list widens up to this when tail drafts are rejected (None: never)
     sparse_max_listed: int | None = None
     num_threads: int | None = None  # torch intra-op threads in the shard process
     tensor_parallel_size: int = 1  # the target over this many ranks (this shard is rank 0)
@@ -63,7 +63,7 @@ class DrafterSpec:
     tp_timeout_s: float = DEFAULT_TIMEOUT_S
     sparse_top_k: int = 32  # a sampled draft's proposal: tokens listed at most...
     sparse_mass: float = 1.0  # ...and no more than cover this much of its mass
-    # a row's list widens up to this when tail drafts are rejected (None: DEFAULT_MAX_LISTED)
+    # a row's list widens up to this when tail drafts are rejected (None: never)
     sparse_max_listed: int | None = None
 
 

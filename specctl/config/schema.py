@@ -20,7 +20,6 @@ LOCAL = "local"
 NGRAM = "ngram"
 MAX_K = 16
 DEFAULT_PROPOSAL_TOKENS = 32
-DEFAULT_MAX_LISTED = 2048  # proposers.draft_sampling.DEFAULT_MAX_LISTED
 MAX_PROPOSAL_TOKENS = 4095  # what the wire carries per draft (sampling.quantized.MAX_LISTED)
 DEFAULT_K = 4
 DEFAULT_ADAPTIVE_MAX_K = 8
@@ -189,8 +188,8 @@ class SpeculationSpec(_Section):
         None, ge=0, le=MAX_PROPOSAL_TOKENS,
         description=(
             "tokens a sampled draft's list may widen to while the verifier rejects the drafts "
-            f"drawn from its tail (the byte budget); default {DEFAULT_MAX_LISTED}, or "
-            "proposal_tokens if larger"
+            "drawn from its tail (the byte budget); default proposal_tokens: no widening; "
+            "2048 brings a flat draft's acceptance within 2% of full-distribution drafting"
         ),
     )  # fmt: skip
 

@@ -13,7 +13,8 @@ from bench.proposal_acceptance import (
     proposal_acceptance,
     round_acceptance_rate,
 )
-from daemon.runtime.proposers.draft_sampling import DEFAULT_MAX_LISTED, DraftSampler, RowKey
+from daemon.runtime.proposers.draft_sampling import DraftSampler, RowKey
+from daemon.runtime.proposers.tail_verdicts import SUGGESTED_MAX_LISTED
 from daemon.runtime.sampling.gumbel_field import field_keys
 from daemon.runtime.sampling.quantized import PROPOSAL_TOTAL
 from daemon.runtime.sampling.random import emit_uniforms, make_generators, uniform_noise
@@ -112,7 +113,7 @@ def test_the_learned_format_widens_only_a_costly_tail() -> None:
     p = torch.softmax(torch.randn(6, 3000, generator=gen) * 0.5, -1)  # flat: a big tail
     q = torch.softmax(torch.log(p) + 0.5 * torch.randn(6, 3000, generator=gen), -1)
     learned = learned_format(p, q)
-    assert learned.widen_to == DEFAULT_MAX_LISTED and 0.9 < learned.widen_mass < 1.0
+    assert learned.widen_to == SUGGESTED_MAX_LISTED and 0.9 < learned.widen_mass < 1.0
     narrow, _ = proposal_acceptance(p, q, ProposalFormat(32))
     widened, listed = proposal_acceptance(p, q, learned)
     assert bool((widened > narrow).all()) and bool((listed > 32).all())

@@ -21,7 +21,7 @@ def _record(tokens: list[int], from_tail: list[bool]) -> DraftRecord:
     for token, tail in zip(tokens, from_tail, strict=True):
         ids = torch.tensor([100] if tail else [100, token])
         counts = torch.tensor([16_000] if tail else [8_000, 8_000])
-        record.append(token, SparseDraw(ids, counts, 32_768 - int(counts.sum())), [])
+        record.append(token, SparseDraw(ids, counts, 32_768 - int(counts.sum()), tail), [])
     return record
 
 

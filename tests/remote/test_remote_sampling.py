@@ -114,7 +114,7 @@ def test_seeded_output_is_the_same_in_process_and_remote(target_dir, draft_dir, 
     batch = len(prompts)
     local = SpecEngine(
         load_model(target_dir, num_slots=batch),
-        DraftModelProposer(load_model(draft_dir, num_slots=batch)),
+        DraftModelProposer(load_model(draft_dir, num_slots=batch), max_listed=2048),
         EngineConfig(max_batch_size=batch, num_speculative_tokens=4),
     )
     expected = _seeded_outputs(local, prompts)
@@ -126,7 +126,9 @@ def test_seeded_output_is_the_same_in_process_and_remote(target_dir, draft_dir, 
     for mode in ("sync", "overlapped"):
         # a fixed k: misses are drafted afresh (skipping them would change k)
         options = RemoteOptions(mode=mode, miss_policy="fresh")
-        with remote_engine(target_dir, draft_dir, options=options, k=4, batch=batch) as setup:
+        with remote_engine(
+            target_dir, draft_dir, options=options, k=4, batch=batch, sparse_max_listed=2048
+        ) as setup:
             assert _seeded_outputs(setup.engine, prompts) == expected, mode
             if mode == "overlapped":
                 assert setup.remote.stats.num_hits > 0

@@ -18,7 +18,7 @@ class EngineConfig:
     # list no more of the draft's best tokens than it takes to cover this much of its mass
     draft_sparse_mass: float = 1.0
     # a row's list widens up to this many tokens while the verifier rejects the drafts drawn
-    # from the tail (proposers/tail_verdicts.py); None: DEFAULT_MAX_LISTED
+    # from the tail (proposers/tail_verdicts.py); None: draft_sparse_top_k (no widening)
     draft_sparse_max_listed: int | None = None
     # prompt tokens prefilled together in one padded pass; None: the device's default
     # (model.batch.prefill_budget: 512 on a CPU, 8192 on a GPU)

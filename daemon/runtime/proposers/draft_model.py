@@ -25,7 +25,7 @@ from daemon.runtime.model.protocol import CausalLM, ForkingCausalLM, supports_fo
 from daemon.runtime.proposers.base import Proposals, ProposeRequest, empty_proposals
 from daemon.runtime.proposers.branch_planner import BranchPlanner, SequencePlan
 from daemon.runtime.proposers.draft_rows import DraftRow, SlotState, run_rows
-from daemon.runtime.proposers.draft_sampling import DraftSampler, default_max_listed
+from daemon.runtime.proposers.draft_sampling import DraftSampler
 from daemon.runtime.proposers.drafts import NO_BRANCH, DraftRecord, PreparedBranch, pack_records
 from daemon.runtime.proposers.tail_verdicts import TailVerdicts
 
@@ -59,7 +59,7 @@ class DraftModelProposer:
         draft's alternatives and probabilities at every position); it also turns on by itself
         at the first `prepare`. Off, in-process drafting does no work it never uses.
         max_listed: the tokens a sampled draft's list may widen to while the verifier rejects
-        the sequence's tail drafts (None: DEFAULT_MAX_LISTED); tail_prior: the acceptance of
+        the sequence's tail drafts (None: sparse_top_k, no widening); tail_prior: the acceptance of
         tail drafts each sequence starts out believing (1: its lists start short)."""
         self.model = model
         # padded tokens per prefill pass
@@ -77,7 +77,7 @@ class DraftModelProposer:
             sparse_top_k,
             num_alternatives=branch_width + 1,
             sparse_mass=sparse_mass,
-            max_listed=default_max_listed(sparse_top_k, max_listed),
+            max_listed=max_listed,
         )
         self.tail_prior = tail_prior
         self._tails: dict[int, TailVerdicts] = {}  # per sequence: how far to widen its lists

@@ -39,20 +39,8 @@ from daemon.runtime.sampling.quantized import (
 )
 
 TAIL_SALT = 0x5851F42D4C957F2D  # the fallback tail token's stream (no unlisted mass left)
-# a proposer's default byte budget: tokens a row's list may widen to (~29 KB a round of 4
-# drafts per sequence on the wire when every row widens; bench/proposal_acceptance.py)
-DEFAULT_MAX_LISTED = 2048
 LOG_Q_BIN = 1 / 32  # a widened row's cut falls between bins of log q this wide...
 NUM_LOG_Q_BINS = 1024  # ...counted down to 32 nats below its best token (the rest: one bin)
-
-
-def default_max_listed(sparse_top_k: int, max_listed: int | None) -> int:
-    """The widest list a proposer's rows may take: `max_listed` if given, else
-    DEFAULT_MAX_LISTED (sparse_top_k if larger); coupled drafting (sparse_top_k 0) lists
-    nothing."""
-    if sparse_top_k == 0:
-        return 0
-    return max(DEFAULT_MAX_LISTED, sparse_top_k) if max_listed is None else max_listed
 
 
 @dataclass(slots=True)
@@ -357,12 +345,14 @@ class DraftSampler:
                 logits, tail_keys, listed, rows=rows, noise_scale=temps[rows]
             ).cpu()
         out = []
+        from_tail = set(in_tail)
         for r, (key, token) in enumerate(zip(keys, picked.tolist(), strict=True)):
             if token < 0:  # no unlisted token has any probability: any unlisted one will do
                 listed_ids = ids[r][counts[r] > 0].tolist()
                 word = keyed_u64(key.draft_seed ^ TAIL_SALT, key.position)
                 token = unlisted_token(listed_ids, vocab_size, word)
-            out.append((token, SparseDraw(ids[r], counts[r], int(tails[r]))))
+            sparse = SparseDraw(ids[r], counts[r], int(tails[r]), r in from_tail)
+            out.append((token, sparse))
         return out
 
 

@@ -36,6 +36,8 @@ class SparseDraw:
     ids: torch.Tensor  # [S] int64; entries with count 0 are padding
     counts: torch.Tensor  # [S] int64; with `tail`, summing to PROPOSAL_TOTAL
     tail: int = 0
+    # the drafter's own note (not on the wire): its draft came from the tail, not the list
+    from_tail: bool = False
 
 
 @dataclass(slots=True)

@@ -29,9 +29,14 @@ while preparing, after the verdict on round j - 1 is the latest; `with_latest=Fa
 drafting afresh, after the verdict on round j). Other requests' verdicts do not enter.
 """
 
-from daemon.runtime.proposers.drafts import DraftRecord, SparseDraw
+from daemon.runtime.proposers.drafts import DraftRecord
 
 TAIL_LOSS = 0.005  # acceptance a draft may lose to its tail's coupling (about 1% of a round's)
+# the byte budget the docs suggest where a draft is flat (proposal_max_tokens): on the demo
+# pair at T = 1 its lists reach 0.986 of full drafting's acceptance rate at ~28 KB a round
+# per sequence (bench/proposal_acceptance.py). Not the default: a widened list costs CPU time
+# (README, "sampled proposals").
+SUGGESTED_MAX_LISTED = 2048
 PRIOR_VERDICTS = 8.0  # the starting belief weighs this many verdicts
 MIN_REJECTION = 1e-9
 
@@ -68,13 +73,8 @@ class TailVerdicts:
         decided = kept = 0
         for token, sparse, emitted in zip(record.tokens, record.sparse, committed, strict=False):
             accepted = token == emitted
-            if sparse is not None and sparse.tail > 0 and _drawn_from_tail(sparse, token):
+            if sparse is not None and sparse.from_tail:
                 decided, kept = decided + 1, kept + int(accepted)
             if not accepted:
                 break
         self.latest = (decided, kept)
-
-
-def _drawn_from_tail(sparse: SparseDraw, token: int) -> bool:
-    """Whether `token` was drawn as the tail's (it is not listed with a positive count)."""
-    return not bool(((sparse.ids == token) & (sparse.counts > 0)).any())

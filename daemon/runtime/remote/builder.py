@@ -30,7 +30,7 @@ class DraftServerSpec:
     backend: str = "auto"  # "auto" | "lean" | "hf" (hf: no fork rows, main branch only)
     sparse_top_k: int = 32  # support of a sampled draft's proposal
     sparse_mass: float = 1.0  # ...listing no more than it takes to cover this much mass
-    sparse_max_listed: int | None = None  # ...widening up to this (None: DEFAULT_MAX_LISTED)
+    sparse_max_listed: int | None = None  # ...widening up to this (None: no widening)
     max_prefill_tokens: int | None = None  # None: the device's default (prefill_budget)
     branch_width: int = DEFAULT_BRANCH_WIDTH  # guesses considered per position
     max_branches: int = DEFAULT_MAX_BRANCHES  # rows per sequence when preparing
