@@ -11,6 +11,7 @@ from test_rejection_distribution import MIN_P_VALUE, chi_square_p, draft_with_ta
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.errors import RequestError
 from daemon.runtime.proposers.draft_sampling import DraftSampler, RowKey
+from daemon.runtime.proposers.drafts import SparseDraw
 from daemon.runtime.sampling.gumbel_field import field_keys
 from daemon.runtime.sampling.quantized import (
     PROPOSAL_TOTAL,
@@ -58,12 +59,19 @@ def draft_frequencies(
     steps = sampler.sample(logits.expand(NUM_DRAWS, -1).clone(), keys, with_alternatives=False)
     sparse = steps[0].sparse
     assert sparse is not None
-    listed = sparse.counts > 0
-    q = torch.softmax(logits, -1)
-    q[sparse.ids[listed]] = 0.0
-    q = q / q.sum() * sparse.tail / PROPOSAL_TOTAL
-    q[sparse.ids[listed]] = sparse.counts[listed].double().float() / PROPOSAL_TOTAL
+    q = proposal_shape(torch.softmax(logits, -1), sparse)
     return torch.tensor([s.token for s in steps]), q, sparse.tail / PROPOSAL_TOTAL
+
+
+def proposal_shape(q: torch.Tensor, sparse: SparseDraw) -> torch.Tensor:
+    """q [V] the draft's distribution -> [V] what it draws from with this proposal: the counts
+    on the listed tokens, the tail spread like q on the rest."""
+    listed = sparse.counts > 0
+    shaped = q.clone()
+    shaped[sparse.ids[listed]] = 0.0
+    shaped = shaped / shaped.sum() * sparse.tail / PROPOSAL_TOTAL
+    shaped[sparse.ids[listed]] = sparse.counts[listed].double().float() / PROPOSAL_TOTAL
+    return shaped
 
 
 def test_draft_sampler_draws_from_the_proposal_it_sends() -> None:
@@ -136,13 +144,8 @@ def test_sparse_mass_lists_only_what_covers_it_and_still_draws_what_it_sends() -
     # the fewest best tokens whose mass reaches 0.8
     expected = int((q.cumsum(0) - q < 0.8).sum())
     assert num_listed == expected < 16
-    listed = sparse.counts > 0
-    shaped = q.clone()
-    shaped[sparse.ids[listed]] = 0.0
-    shaped = shaped / shaped.sum() * sparse.tail / PROPOSAL_TOTAL
-    shaped[sparse.ids[listed]] = sparse.counts[listed].double().float() / PROPOSAL_TOTAL
     tokens = torch.tensor([s.token for s in steps])
-    assert chi_square_p(tokens, shaped) > MIN_P_VALUE
+    assert chi_square_p(tokens, proposal_shape(q, sparse)) > MIN_P_VALUE
 
 
 def test_sparse_mass_out_of_range_is_refused() -> None:
@@ -173,12 +176,8 @@ def test_a_short_row_widens_to_cover_the_listing_mass_and_draws_what_it_sends() 
     unlisted = torch.ones(VOCAB, dtype=torch.bool)
     unlisted[sparse.ids[listed]] = False
     assert float(q[sparse.ids[listed]].min()) >= float(q[unlisted].max())
-    shaped = q.clone()
-    shaped[sparse.ids[listed]] = 0.0
-    shaped = shaped / shaped.sum() * sparse.tail / PROPOSAL_TOTAL
-    shaped[sparse.ids[listed]] = sparse.counts[listed].double().float() / PROPOSAL_TOTAL
     tokens = torch.tensor([s.token for s in steps])
-    assert chi_square_p(tokens, shaped) > MIN_P_VALUE
+    assert chi_square_p(tokens, proposal_shape(q, sparse)) > MIN_P_VALUE
 
 
 def test_rows_widen_only_where_the_base_list_leaves_too_much_to_the_tail() -> None:
