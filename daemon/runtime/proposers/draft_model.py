@@ -147,6 +147,8 @@ class DraftModelProposer:
             self._observe_verdict(slot, record, committed[base:])
 
     def _observe_verdict(self, slot: int, record: DraftRecord, committed: list[int]) -> None:
+        if self.sampler.max_listed == self.sampler.sparse_top_k:
+            return  # lists never widen: nothing to learn
         tails = self._tails.get(slot)
         if tails is not None:
             tails.observe(record, committed)

@@ -240,21 +240,16 @@ class DraftSampler:
         vocab_size = logits.shape[-1]
         log_norms = log_normalizers(logits, on_device)  # [A'] one read of the logits
         top, ids = self._listed(logits, on_device, log_norms, self.sparse_top_k)  # [A', S]
-        # [A'] the mass each row's list should cover, at most sparse_mass
-        wide_mass = torch.tensor([min(k.listing_mass, self.sparse_mass) for k in keys])
-        if self.max_listed > self.sparse_top_k and bool((wide_mass > 0.0).any()):
-            # rows whose base list leaves more than 1 - wide_mass of q to the tail's coupling
-            short = (top.sum(dim=-1) < wide_mass).nonzero().flatten()
-            if len(short) and vocab_size > self.sparse_top_k:
-                self.num_widened_rows += len(short)
-                return self._draw_rows(
-                    logits,
-                    keys,
-                    temps,
-                    *self._widened(logits, on_device, log_norms, top, ids, short, wide_mass),
-                )
         if self.sparse_mass < 1.0:  # list no more than it takes to cover sparse_mass
             top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
+        if self.max_listed > self.sparse_top_k and vocab_size > self.sparse_top_k:
+            # [A'] the mass each row's list should cover, at most sparse_mass; the rows whose
+            # base list leaves more than the rest of it to the tail's coupling widen
+            wide_mass = torch.tensor([min(k.listing_mass, self.sparse_mass) for k in keys])
+            short = (top.sum(dim=-1) < wide_mass).nonzero().flatten()
+            if len(short):
+                self.num_widened_rows += len(short)
+                top, ids = self._widened(logits, on_device, log_norms, top, ids, short, wide_mass)
         return self._draw_rows(logits, keys, temps, top, ids)
 
     def _listed(
@@ -285,8 +280,8 @@ class DraftSampler:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The base lists top, ids [A', S]; `short` [W] the rows that list instead the best of
         their best max_listed tokens, down to where those cover wide_mass [A'] (all if
-        they do not) -> top, ids [A', M] (M = max(S, max_listed); not listed: q 0, padding)
-        with the base rows cut to sparse_mass. The best max_listed come unsorted (a third of
+        they do not) -> top, ids [A', M] (M = max(S, max_listed); not listed: q 0, padding).
+        The best max_listed come unsorted (a third of
         a sorted top-k's time) and the cut falls at a bin of log q: every token in a bin
         above it is listed, one bin's mass more than the sorted cut at most."""
         rows = short.to(logits.device)
@@ -307,8 +302,6 @@ class DraftSampler:
         # [W, 1] the bin reaching the row's mass
         last_bin = (covered < wide_mass[short].double().unsqueeze(-1)).sum(dim=-1, keepdim=True)
         wide_top = torch.where(bins <= last_bin, wide_top, 0.0).float()
-        if self.sparse_mass < 1.0:
-            top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
         width = max(top.shape[-1], wide_top.shape[-1])
         out_top = torch.zeros(top.shape[0], width)
         out_ids = torch.zeros(top.shape[0], width, dtype=torch.long)  # padding: id 0, q 0
