@@ -35,7 +35,7 @@ TAIL_LOSS = 0.005  # acceptance a draft may lose to its tail's coupling (about 1
 # the byte budget the docs suggest where a draft is flat (proposal_max_tokens): on the demo
 # pair at T = 1 its lists reach 0.986 of full drafting's acceptance rate at ~28 KB a round
 # per sequence (bench/proposal_acceptance.py). Not the default: a widened list costs CPU time
-# (README, "sampled proposals").
+# (docs/remote-speculation.md, "How wide to list").
 SUGGESTED_MAX_LISTED = 2048
 PRIOR_VERDICTS = 8.0  # the starting belief weighs this many verdicts
 MIN_REJECTION = 1e-9
