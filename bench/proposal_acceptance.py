@@ -106,8 +106,8 @@ def learned_format(
 
 
 def parse_formats(text: str) -> list[ProposalFormat | None]:
-    """'32,256:0.95,learned' -> formats (width[:mass]; "learned": the default drafter's, see
-    learned_format, left None here); the full distribution is always compared."""
+    """'32,256:0.95,learned' -> formats (width[:mass]; "learned": what a widening drafter
+    lists, see learned_format, left None here); the full distribution is always compared."""
     formats: list[ProposalFormat | None] = []
     for part in text.split(","):
         if part.strip() == "learned":
@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--formats", default="32,256,1024,2048,learned")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.prompts < 1:
+        raise SystemExit("--prompts must be >= 1")
     if args.tokens < K:
         raise SystemExit(f"--tokens must be >= {K} (a round of k = {K} drafts)")
     if args.temperature <= 0:
