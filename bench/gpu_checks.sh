@@ -17,6 +17,7 @@ set -u
 out=${1:?usage: gpu_checks.sh OUT_DIR}
 wide_s=150
 narrow_s=200
+vocab_s=90
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=160
 py=${PYTHON:-python3}
@@ -58,6 +59,14 @@ step graphs-bench 90 "$py" -m bench.graphs_bench --device cuda --concurrency 1,4
 step specctl-bench-wide "$wide_s" "$py" -m specctl.cli bench --device cuda --shape wide \
   --repeats 2 --concurrency 1,4,16 --out /tmp/specctl-bench-wide
 cp /tmp/specctl-bench-wide/bench.json "$out/bench-wide.json" 2>/dev/null
+# sampling at a real vocabulary (V = 151,936, draft = target) and the demo pair's proposal widths
+# at T = 1 (top-32, widening to 2,048, the full distribution)
+step vocab-bench "$vocab_s" "$py" -m bench.vocab_bench --device cuda --temperatures 0,0.7,1.0 \
+  --sparse-top-k 32,0
+step vocab-demo "$vocab_s" "$py" -m bench.vocab_bench --device cuda --pair demo \
+  --temperatures 1.0 --sparse-top-k 32,4096 --rounds 60
+step vocab-demo-widening "$vocab_s" "$py" -m bench.vocab_bench --device cuda --pair demo \
+  --temperatures 1.0 --sparse-top-k 32 --max-listed 2048 --rounds 60
 step specctl-bench-narrow "$narrow_s" "$py" -m specctl.cli bench --device cuda --shape narrow \
   --repeats 1 --concurrency 1,4,16 --no-peers --out /tmp/specctl-bench-narrow
 cp /tmp/specctl-bench-narrow/bench.json "$out/bench-narrow.json" 2>/dev/null

@@ -4,6 +4,7 @@
     python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32,4096
     python -m bench.vocab_bench --pair demo --sparse-top-k 254 --sparse-mass 0.9,0.99,1
     python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32 --max-listed 2048
+    python -m bench.vocab_bench --device cuda
 
 A tiny random Llama with Qwen's vocabulary (151,936) is both draft and target (two loaded
 copies of one checkpoint), so every draft should be accepted whatever the temperature: the
@@ -20,6 +21,8 @@ verifier rejects its tail drafts (proposers/tail_verdicts.py); the table shows t
 listed per sampled draft and the bytes that makes.
 Width 0 is coupled drafting (the token alone, matched against the verifier's own draw with
 the same Gumbel field); by default the bench compares it with the default width.
+On `--device cuda` the draft's forwards are timed to the device's completion (a synchronize
+after each), so the split between forwards and the rest is the device's, not the launches'.
 """
 
 import argparse
@@ -32,7 +35,9 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
+from bench.arg_types import DEVICES, device_problem
 from bench.workload import load_prompt_texts, repeat_to, tokenize
+from daemon.runtime.device import synchronize
 from daemon.runtime.engine.builder import load_tokenizer
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
@@ -55,7 +60,8 @@ PROMPT_LEN = 16
 
 
 class TimedModel:
-    """Measures the wall time of a model's forward passes (everything else passes through)."""
+    """Measures the wall time of a model's forward passes, to the device's completion
+    (everything else passes through)."""
 
     def __init__(self, model: CausalLM) -> None:
         self._model = model
@@ -66,6 +72,7 @@ class TimedModel:
         try:
             return self._model.forward(batch)
         finally:
+            synchronize(self._model.device)
             self.forward_s += time.perf_counter() - start
 
     def __getattr__(self, name: str) -> object:
@@ -254,7 +261,11 @@ def main(argv: list[str] | None = None) -> None:
         "tail drafts (proposal_max_tokens; default: they list --sparse-top-k)",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
     args = parser.parse_args(argv)
+    problem = device_problem(args.device)
+    if problem:
+        parser.error(problem)
     torch.set_num_threads(args.threads)
     console = make_console()
     widths = [int(w) for w in args.sparse_top_k.split(",")]
@@ -278,8 +289,8 @@ def main(argv: list[str] | None = None) -> None:
                 for _ in range(args.batch)
             ]
             title = f"V={args.vocab}, draft = target, B={args.batch}, k={args.k}"
-        target = load_model(target_dir, num_slots=args.batch)
-        draft = TimedModel(load_model(draft_dir, num_slots=args.batch))
+        target = load_model(target_dir, num_slots=args.batch, device=args.device)
+        draft = TimedModel(load_model(draft_dir, num_slots=args.batch, device=args.device))
         results = [
             run_mode(
                 target,
@@ -296,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
             for w in (widths if t > 0 else widths[:1])
             for m in (masses if t > 0 and w > 0 else masses[:1])
         ]
-    console.print(results_table(results, f"{title}, {args.threads} thread(s)"))
+    console.print(results_table(results, f"{title}, {args.device}, {args.threads} thread(s)"))
 
 
 if __name__ == "__main__":
