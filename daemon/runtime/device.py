@@ -1,5 +1,7 @@
 """Device helpers shared by the engine and the benches."""
 
+import os
+
 import torch
 
 
@@ -9,3 +11,12 @@ def synchronize(device: torch.device) -> None:
     CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+TRITON_ENV = "SPECCTL_TRITON"  # "0": the torch paths on a GPU instead of the Triton kernels
+
+
+def triton_enabled() -> bool:
+    """Whether the sampler may run its Triton kernels on a GPU (`SPECCTL_TRITON=0` turns them
+    off, for comparing with the torch paths)."""
+    return os.environ.get(TRITON_ENV, "1") != "0"

@@ -6,11 +6,13 @@ Gumbel-max token, go through the reference, which runs on CUDA tensors as well).
 with `bonus_keys` a sampled row's bonus token is then the Gumbel-max of its position's shared
 field (coupled_bonus.py).
 
-Triton is imported only on CUDA: on CPU it is never used, costs an import, and its bindings
+`SPECCTL_TRITON=0` keeps the reference on CUDA too (for comparisons). Triton is imported only
+on CUDA: on CPU it is never used, costs an import, and its bindings
 print leak warnings when the interpreter exits."""
 
 import torch
 
+from daemon.runtime.device import triton_enabled
 from daemon.runtime.sampling.coupled_bonus import couple_bonus_tokens
 from daemon.runtime.sampling.rejection import matched_drafts, rejection_sample
 
@@ -69,7 +71,7 @@ def _rejection_sample(
     ):
         from daemon.runtime.sampling import rejection_triton
 
-        if rejection_triton.HAS_TRITON:
+        if rejection_triton.HAS_TRITON and triton_enabled():
             device = target_probs.device
             out, num_out = rejection_triton.rejection_sample_triton(
                 *(None if t is None else t.to(device, non_blocking=True)

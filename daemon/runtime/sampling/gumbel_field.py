@@ -31,8 +31,10 @@ score could still win), and looks into a block only while its bound beats that v
 entries whose score can. Nothing else can hold the maximum, so the result equals the argmax
 over the dense field (`dense_field`, the tests' reference). Over Qwen's 151,936 tokens a key
 draws 75 superblock maxima and a few hundred block maxima where the old one-level field drew
-all 2,374. The torch search (other devices, NaN) draws every block's maximum at once, a few
-tensor ops, then looks into the blocks that can win.
+all 2,374. On a GPU one Triton kernel draws every entry instead (gumbel_kernel.py): cheaper
+there than the searches' many small steps. The torch search (other devices, NaN, no triton)
+draws every block's maximum at once, a few tensor ops, then looks into the blocks that can
+win.
 
 Everything is integer arithmetic on int64 tensors (SplitMix64's finaliser, products wrapping
 modulo 2^64, logical shifts by masking) and float64 logs: the same numbers on any device.
@@ -43,6 +45,7 @@ import math
 
 import torch
 
+from daemon.runtime.device import triton_enabled
 from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.keyed_random import GOLDEN_GAMMA, MASK64, mix64
@@ -343,6 +346,8 @@ def _search(
     noise_scale: torch.Tensor | None,  # [N]
 ) -> torch.Tensor:
     found = _native_search(scores, rows, keys, are_probs, noise_scale)
+    if found is None:
+        found = _triton_search(scores, rows, keys, are_probs, noise_scale)
     if found is not None:
         return found
     num_keys = keys.shape[0]
@@ -400,6 +405,29 @@ def _search(
         tokens = tokens.clone()
         tokens[owners[wins]] = candidate_tokens[wins]
     return torch.where(values > -math.inf, tokens, -1)
+
+
+def _triton_search(
+    scores: torch.Tensor,  # [R, V]
+    rows: torch.Tensor,  # [N]
+    keys: torch.Tensor,  # [N]
+    are_probs: bool,
+    noise_scale: torch.Tensor | None,  # [N]
+) -> torch.Tensor | None:
+    """The race on a GPU as one Triton kernel that draws every entry (gumbel_kernel.py): a GPU
+    draws the whole field faster than it launches the torch search's ~150 small ops. None
+    off CUDA, without triton, or for scores that are not float32 with unit stride in V."""
+    if scores.device.type != "cuda" or scores.dtype != torch.float32 or scores.stride(-1) != 1:
+        return None
+    if not triton_enabled():
+        return None
+    from daemon.runtime.sampling import gumbel_triton  # imports triton: only on a GPU
+
+    if not gumbel_triton.HAS_TRITON:
+        return None
+    return gumbel_triton.gumbel_race_triton(
+        scores, rows.to(torch.int64), keys, are_probs, noise_scale, BLOCK, SUPER
+    )
 
 
 def _native_search(
