@@ -52,7 +52,7 @@
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 10 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 11 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -1339,6 +1339,121 @@ static PyObject *top_k_native(PyObject *self, PyObject *const *args, Py_ssize_t 
 #endif
 }
 
+/* One row's tokens into bins of log q counted down from its best, floor((best - log q_i) *
+ * inv_width), log q_i = x_i * inv_t - ln in doubles (the last bin takes the rest); counts[b + 1]
+ * += the tokens in bin b. No FMA here: the torch path rounds each step the same way. */
+__attribute__((target("avx2"))) static void wide_bins(const float *row, int64_t V, double best,
+                                                      double inv_t, double ln, double inv_width,
+                                                      int64_t NB, int32_t *bin_of, int64_t *counts)
+{
+    const double last = (double)(NB - 1);
+    for (int64_t i = 0; i < V; i++) {
+        const double below = (best - ((double)row[i] * inv_t - ln)) * inv_width;
+        const int64_t b = below < last ? (int64_t)below : NB - 1; /* below >= 0: a floor */
+        bin_of[i] = (int32_t)b;
+        counts[b + 1]++;
+    }
+}
+
+/* q_i = exp(x_i * inv_t - ln) of n listed tokens (float32, within 2 ulp; exactly 0 for a -inf
+ * logit: exp8's clamp at -88.38 builds the scale 2^-127 as the bits 0), 8 at a time. */
+__attribute__((target("avx2,fma"))) static void wide_exps(const float *row, const int32_t *tokens,
+                                                         int64_t n, double inv_t, double ln,
+                                                         float *q)
+{
+    int64_t i = 0;
+    float d[8];
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) d[j] = (float)((double)row[tokens[i + j]] * inv_t - ln);
+        _mm256_storeu_ps(q + i, exp8(_mm256_loadu_ps(d))); /* -inf: clamped to 0 */
+    }
+    for (; i < n; i++) q[i] = expf((float)((double)row[tokens[i]] * inv_t - ln));
+}
+
+/* wide_list(x_ptr, ld, V, rows, row_index_ptr, inv_temps_ptr, log_norms_ptr, targets_ptr,
+ * max_listed, num_bins, bin_width_inv, out_ids_ptr, out_q_ptr, out_n_ptr): for each listed row
+ * r of float32 x (row row_index[r], ld floats apart), log q_i = x_i * inv_temps[r] -
+ * log_norms[r]. Tokens fall into bins of log q counted down from the row's best,
+ * floor((best - log q_i) * bin_width_inv), the last of num_bins taking the rest. Whole bins
+ * are listed best first, each bin's tokens in id order, while they fit in max_listed, down to
+ * the bin whose tokens bring the listed mass to targets[r]: their ids into out_ids [rows,
+ * max_listed] int64, q into out_q [rows, max_listed] float32 (padding: id 0, q 0), how many
+ * into out_n [rows]. A counting sort: one pass bins the tokens, one places those of the bins
+ * that fit; exps for those only. out_n 0: the best bin alone exceeds max_listed, or the row
+ * holds a NaN or no finite maximum. */
+static PyObject *wide_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[14];
+    if (!int_args(args, nargs, 14, 14, "wide_list", v)) return NULL;
+#ifdef NATIVE_X86
+    const float *x = (const float *)(intptr_t)v[0];
+    const int64_t ld = v[1], V = v[2], rows = v[3], M = v[8], NB = v[9];
+    const int64_t *row_index = (const int64_t *)(intptr_t)v[4];
+    const double *inv_temps = (const double *)(intptr_t)v[5];
+    const double *log_norms = (const double *)(intptr_t)v[6];
+    const double *targets = (const double *)(intptr_t)v[7];
+    const double inv_width = (double)v[10];
+    int64_t *out_ids = (int64_t *)(intptr_t)v[11];
+    float *out_q = (float *)(intptr_t)v[12];
+    int64_t *out_n = (int64_t *)(intptr_t)v[13];
+    if (V < 1 || M < 1 || M > V || NB < 1 || inv_width < 1) {
+        PyErr_Format(PyExc_ValueError, "wide_list: bad sizes V=%lld max_listed=%lld bins=%lld",
+                     v[2], v[8], v[9]);
+        return NULL;
+    }
+    int32_t *bin_of = malloc((size_t)V * sizeof(int32_t));
+    int32_t *order = malloc((size_t)M * sizeof(int32_t));
+    int64_t *start = malloc((size_t)(NB + 1) * sizeof(int64_t));
+    if (!bin_of || !order || !start) {
+        free(bin_of);
+        free(order);
+        free(start);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + row_index[r] * ld;
+        const double inv_t = inv_temps[r], ln = log_norms[r];
+        int64_t *ids = out_ids + r * M;
+        float *q = out_q + r * M;
+        memset(ids, 0, (size_t)M * sizeof(int64_t));
+        memset(q, 0, (size_t)M * sizeof(float));
+        out_n[r] = 0;
+        const float top = max_of(row, V); /* NaN where the row holds one */
+        if (top != top || isinf(top)) continue;
+        memset(start, 0, (size_t)(NB + 1) * sizeof(int64_t));
+        wide_bins(row, V, (double)top * inv_t - ln, inv_t, ln, inv_width, NB, bin_of, start);
+        for (int64_t b = 0; b < NB; b++) start[b + 1] += start[b];
+        int64_t n_fit = 0; /* the whole bins that fit */
+        while (n_fit < NB && start[n_fit + 1] <= M) n_fit++;
+        if (n_fit == 0) continue;
+        const int64_t cap = start[n_fit];
+        for (int64_t i = 0; i < V; i++) { /* start[b]: the next free place of bin b */
+            const int32_t b = bin_of[i];
+            if (b < n_fit) order[start[b]++] = (int32_t)i;
+        }
+        wide_exps(row, order, cap, inv_t, ln, q);
+        /* start[b] now holds where bin b ends: the mass is checked at each bin's end */
+        double mass = 0.0;
+        int64_t n = 0;
+        for (int64_t b = 0; b < n_fit; b++) {
+            for (; n < start[b]; n++) mass += q[n];
+            if (mass >= targets[r]) break;
+        }
+        for (int64_t i = 0; i < n; i++) ids[i] = order[i];
+        memset(q + n, 0, (size_t)(M - n) * sizeof(float));
+        out_n[r] = n;
+    }
+    Py_END_ALLOW_THREADS
+    free(bin_of);
+    free(order);
+    free(start);
+    Py_RETURN_NONE;
+#else
+    return not_built("wide_list");
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
@@ -1364,6 +1479,10 @@ static PyMethodDef methods[] = {
     {"top_k", (PyCFunction)(void (*)(void))top_k_native, METH_FASTCALL,
      "top_k(x, ld, rows, vocab, k, maxima, ldm, out_values, out_ids): the k largest entries "
      "of each row, largest first, through the rows' block maxima; False where a NaN was seen."},
+    {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
+     "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
+     "bin_width_inv, out_ids, out_q, out_n): a sampled row's widened list, whole bins of log q "
+     "best first down to a mass, within a budget."},
     {NULL, NULL, 0, NULL},
 };
 

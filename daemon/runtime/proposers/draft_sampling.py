@@ -37,10 +37,9 @@ from daemon.runtime.sampling.quantized import (
     sample_from_counts,
     unlisted_token,
 )
+from daemon.runtime.sampling.wide_list import wide_lists
 
 TAIL_SALT = 0x5851F42D4C957F2D  # the fallback tail token's stream (no unlisted mass left)
-LOG_Q_BIN = 1 / 32  # a widened row's cut falls between bins of log q this wide...
-NUM_LOG_Q_BINS = 1024  # ...counted down to 32 nats below its best token (the rest: one bin)
 
 
 @dataclass(slots=True)
@@ -278,35 +277,30 @@ class DraftSampler:
         short: torch.Tensor,
         wide_mass: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The base lists top, ids [A', S]; `short` [W] the rows that list instead the best of
-        their best max_listed tokens, down to where those cover wide_mass [A'] (all if
-        they do not) -> top, ids [A', M] (M = max(S, max_listed); not listed: q 0, padding).
-        The best max_listed come unsorted (a third of
-        a sorted top-k's time) and the cut falls at a bin of log q: every token in a bin
-        above it is listed, one bin's mass more than the sorted cut at most."""
-        rows = short.to(logits.device)
-        width = min(self.max_listed, logits.shape[-1])
-        top_logits, wide_ids = logits[rows].topk(width, dim=-1, sorted=False)  # [W, M]
-        log_q = (
-            (top_logits.double() / temps[rows].double().unsqueeze(-1))
-            .sub_(log_norms[rows].unsqueeze(-1))
-            .cpu()
-        )  # [W, M]
-        wide_ids = wide_ids.cpu()
-        wide_top = log_q.exp()
-        # [W, M] each token's bin: how far below the row's best it is, in steps of LOG_Q_BIN
-        bins = (log_q.max(dim=-1, keepdim=True).values - log_q).div_(LOG_Q_BIN).floor_()
-        bins = bins.clamp_(max=NUM_LOG_Q_BINS - 1).long()
-        in_bins = torch.zeros(len(short), NUM_LOG_Q_BINS, dtype=torch.float64)
-        covered = in_bins.scatter_add_(1, bins, wide_top).cumsum_(dim=-1)  # [W, bins]
-        # [W, 1] the bin reaching the row's mass
-        last_bin = (covered < wide_mass[short].double().unsqueeze(-1)).sum(dim=-1, keepdim=True)
-        wide_top = torch.where(bins <= last_bin, wide_top, 0.0).float()
-        width = max(top.shape[-1], wide_top.shape[-1])
+        """The base lists top, ids [A', S]; `short` [W] the rows that list instead their best
+        whole bins of log q down to wide_mass [A'], at most max_listed tokens
+        (sampling/wide_list.py) -> top, ids [A', M] (M = max(S, listed); not listed: q 0,
+        padding). A row whose best bin alone is over the budget keeps its base list."""
+        wide_top, wide_ids, count = wide_lists(
+            logits, short, temps[short.to(temps.device)].double(),
+            log_norms[short.to(log_norms.device)].double(), wide_mass[short].double(),
+            self.max_listed,
+        )  # fmt: skip
+        widened = count > 0  # [W]
+        num_widened = int(widened.sum())
+        if not num_widened:
+            return top, ids
+        listed = int(count.max())
+        width = max(top.shape[-1], listed)
+        if num_widened == top.shape[0]:  # every row widened (`short` is every row, in order)
+            return wide_top[:, :width], wide_ids[:, :width]
+        short, wide_top, wide_ids = short[widened], wide_top[widened], wide_ids[widened]
         out_top = torch.zeros(top.shape[0], width)
         out_ids = torch.zeros(top.shape[0], width, dtype=torch.long)  # padding: id 0, q 0
         out_top[:, : top.shape[-1]], out_ids[:, : top.shape[-1]] = top, ids
-        out_top[short], out_ids[short] = wide_top, wide_ids
+        out_top[short], out_ids[short] = 0.0, 0
+        out_top[short, :listed] = wide_top[:, :listed]
+        out_ids[short, :listed] = wide_ids[:, :listed]
         return out_top, out_ids
 
     def _draw_rows(
@@ -339,13 +333,15 @@ class DraftSampler:
             ).cpu()
         out = []
         from_tail = set(in_tail)
-        for r, (key, token) in enumerate(zip(keys, picked.tolist(), strict=True)):
+        rows_ids, rows_counts = ids.unbind(0), counts.unbind(0)  # [S] views, one call each
+        for r, (key, token, tail) in enumerate(
+            zip(keys, picked.tolist(), tails.tolist(), strict=True)
+        ):
             if token < 0:  # no unlisted token has any probability: any unlisted one will do
-                listed_ids = ids[r][counts[r] > 0].tolist()
+                listed_ids = rows_ids[r][rows_counts[r] > 0].tolist()
                 word = keyed_u64(key.draft_seed ^ TAIL_SALT, key.position)
                 token = unlisted_token(listed_ids, vocab_size, word)
-            sparse = SparseDraw(ids[r], counts[r], int(tails[r]), r in from_tail)
-            out.append((token, sparse))
+            out.append((token, SparseDraw(rows_ids[r], rows_counts[r], tail, r in from_tail)))
         return out
 
 
