@@ -63,6 +63,9 @@ cp /tmp/specctl-bench-wide/bench.json "$out/bench-wide.json" 2>/dev/null
 # at T = 1 (top-32, widening to 2,048, the full distribution)
 step vocab-bench "$vocab_s" "$py" -m bench.vocab_bench --device cuda --temperatures 0,0.7,1.0 \
   --sparse-top-k 32,0
+# the same with the torch paths instead of the Triton kernels (the Gumbel race, the rejection)
+SPECCTL_TRITON=0 step vocab-bench-torch "$vocab_s" "$py" -m bench.vocab_bench --device cuda \
+  --temperatures 0,0.7,1.0 --sparse-top-k 32,0
 step vocab-demo "$vocab_s" "$py" -m bench.vocab_bench --device cuda --pair demo \
   --temperatures 1.0 --sparse-top-k 32,4096 --rounds 60
 step vocab-demo-widening "$vocab_s" "$py" -m bench.vocab_bench --device cuda --pair demo \
