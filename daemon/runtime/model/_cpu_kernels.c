@@ -1340,19 +1340,30 @@ static PyObject *top_k_native(PyObject *self, PyObject *const *args, Py_ssize_t 
 }
 
 /* One row's tokens into bins of log q counted down from its best, floor((best - log q_i) *
- * inv_width), log q_i = x_i * inv_t - ln in doubles (the last bin takes the rest); counts[b + 1]
- * += the tokens in bin b. No FMA here: the torch path rounds each step the same way. */
+ * inv_width), log q_i = x_i * inv_t - ln in doubles (the last bin takes the rest), 4 at a
+ * time; counts[b + 1] += the tokens in bin b. Each step rounds as the torch path's does (no
+ * FMA: this function's target leaves it out). */
 __attribute__((target("avx2"))) static void wide_bins(const float *row, int64_t V, double best,
                                                       double inv_t, double ln, double inv_width,
                                                       int64_t NB, int32_t *bin_of, int64_t *counts)
 {
-    const double last = (double)(NB - 1);
-    for (int64_t i = 0; i < V; i++) {
-        const double below = (best - ((double)row[i] * inv_t - ln)) * inv_width;
-        const int64_t b = below < last ? (int64_t)below : NB - 1; /* below >= 0: a floor */
-        bin_of[i] = (int32_t)b;
-        counts[b + 1]++;
+    const __m256d vbest = _mm256_set1_pd(best), vinv = _mm256_set1_pd(inv_t);
+    const __m256d vln = _mm256_set1_pd(ln), vwidth = _mm256_set1_pd(inv_width);
+    const __m256d vlast = _mm256_set1_pd((double)(NB - 1));
+    int64_t i = 0;
+    for (; i + 4 <= V; i += 4) { /* NaN rows never get here: min(NaN, last) would be last */
+        const __m256d lq = _mm256_sub_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(row + i)),
+                                                       vinv), vln);
+        const __m256d below = _mm256_mul_pd(_mm256_sub_pd(vbest, lq), vwidth);
+        /* below >= 0: truncation is the floor; +inf (a -inf logit) clamps to the last bin */
+        _mm_storeu_si128((__m128i *)(bin_of + i),
+                         _mm256_cvttpd_epi32(_mm256_min_pd(below, vlast)));
     }
+    for (; i < V; i++) {
+        const double below = (best - ((double)row[i] * inv_t - ln)) * inv_width;
+        bin_of[i] = below < (double)(NB - 1) ? (int32_t)below : (int32_t)(NB - 1);
+    }
+    for (i = 0; i < V; i++) counts[bin_of[i] + 1]++;
 }
 
 /* q_i = exp(x_i * inv_t - ln) of n listed tokens (float32, within 2 ulp; exactly 0 for a -inf
