@@ -51,6 +51,7 @@ class BenchConfig:
     shape: str = "custom"  # "narrow" | "wide" | "custom": which cost-scaled target this is
     repeats: int = 3  # measured runs per specctl configuration (the median is reported)
     device: str = "cpu"  # where specctl and transformers run ("cuda": vLLM's CPU peer is skipped)
+    temperature: float = 0.0  # 0: greedy (outputs compared); above: every engine samples at it
 
 
 @dataclass(slots=True)
@@ -117,7 +118,7 @@ def specctl_rows(
     for name, prompts in prompt_sets.items():
         for conc in cfg.concurrencies:
             work = prompts if conc == 1 else repeat_to(prompts, conc)
-            group = bench.run_group(specs, work, cfg.max_tokens, conc, cfg.repeats)
+            group = bench.run_group(specs, work, cfg.max_tokens, conc, cfg.repeats, cfg.temperature)
             rows += [from_run(r, name) for r in group]
             if name == "code":
                 runs += group
@@ -164,10 +165,11 @@ def peer_rows(cfg: BenchConfig, code: list[list[int]]) -> tuple[list[Row], list[
 
     runs: list[tuple[str, int, Callable[[], PeerResult]]] = [
         ("generate", 1, lambda: run_hf_generate(cfg.target, code, cfg.max_tokens,
-                                                             dtype=cfg.dtype, device=cfg.device)),
+                                                dtype=cfg.dtype, device=cfg.device,
+                                                temperature=cfg.temperature)),
         (f"assisted k={cfg.k}", 1, lambda: run_hf_assisted(
             cfg.target, cfg.draft, code, cfg.max_tokens, num_assistant_tokens=cfg.k,
-            dtype=cfg.dtype, device=cfg.device)),
+            dtype=cfg.dtype, device=cfg.device, temperature=cfg.temperature)),
     ]  # fmt: skip
     notes: list[str] = []
     ok, reason = vllm_available()
@@ -200,8 +202,9 @@ def _vllm_run(
     run_vllm: Callable[..., PeerResult],
 ) -> Callable[[], PeerResult]:
     return lambda: run_vllm(
-        cfg.target, draft, cfg.k, work, cfg.max_tokens, conc, cfg.vllm_timeout_s
-    )
+        cfg.target, draft, cfg.k, work, cfg.max_tokens, conc, cfg.vllm_timeout_s,
+        temperature=cfg.temperature,
+    )  # fmt: skip
 
 
 def add_ratios(rows: list[Row]) -> None:
@@ -249,7 +252,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
     if bench.graph_captures:
         notes.append(capture_note(bench.graph_captures))
     add_ratios(rows)
-    # the analytic bound models batch 1; the outputs are compared at the smallest concurrency
+    # the analytic bound models batch 1; greedy outputs are compared at the smallest concurrency
+    # (sampled ones are draws: the distribution tests check those)
     lowest = min(cfg.concurrencies)
     plain = next(r for r in runs if r.concurrency == lowest and r.mode == "target-only")
     return {
@@ -261,9 +265,12 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
         "forward_curve": forward_curve(bench.target),
         "bound": batch1_bound(bench, cfg, runs) if lowest == 1 else None,
         "lossless_concurrency": lowest,
+        "temperature": cfg.temperature,
         "lossless": all(
             r.output_token_ids == plain.output_token_ids for r in runs if r.concurrency == lowest
-        ),
+        )
+        if cfg.temperature == 0
+        else None,
         "notes": notes,
     }
 

@@ -4,6 +4,7 @@ The target and draft are loaded once; every configuration builds a fresh SpecEng
 same models, so the comparison is side by side in one process.
 """
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from daemon.runtime.model import load_model
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.sampling.params import SamplingParams
+
+SEED_BASE = 1234  # a sampled request's seed: this plus its index in the workload
 
 
 @dataclass(slots=True)
@@ -106,8 +109,10 @@ class SpecBench:
         k: int = 0,
         adaptive: bool = False,
         repeats: int = 1,
+        temperature: float = 0.0,
     ) -> RunResult:
-        """Greedy, EOS ignored, so every configuration generates exactly the same tokens.
+        """Greedy (temperature 0), EOS ignored, so every configuration generates exactly the
+        same tokens; above 0 every request samples with its own seed (SEED_BASE + its index).
 
         The measured engine is warmed first on the same workload shape (as a server is after
         its first requests): caches and kernels are warm, and adaptive mode has measured its
@@ -116,7 +121,7 @@ class SpecBench:
         at the mercy of a slow moment, and the best of several noisy fixed-k runs beats one
         noisy adaptive run by luck alone."""
         return self.run_group(
-            [RunSpec(mode, k, adaptive)], prompts, max_tokens, concurrency, repeats
+            [RunSpec(mode, k, adaptive)], prompts, max_tokens, concurrency, repeats, temperature
         )[0]
 
     def run_group(
@@ -126,6 +131,7 @@ class SpecBench:
         max_tokens: int,
         concurrency: int,
         repeats: int = 1,
+        temperature: float = 0.0,
     ) -> list[RunResult]:
         """`run` for several configurations side by side: each gets its own engine, warmed,
         and the repeats go round-robin over them (repeat 1 of every configuration, then
@@ -133,7 +139,7 @@ class SpecBench:
         whichever ran then. The median repeat of each, in the order of `specs`."""
         if repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
         engines = [self.engine(concurrency, spec.k, spec.adaptive) for spec in specs]
         self.graph_captures += [e.graph_capture for e in engines if e.graph_capture.num_graphs]
         warmup = prompts[: max(concurrency, 1)]
@@ -155,7 +161,7 @@ class SpecBench:
         tag: str,
     ) -> RunResult:
         engine.stats = EngineStats()
-        requests = [Request(f"{tag}-{i}", p, params) for i, p in enumerate(prompts)]
+        requests = [Request(f"{tag}-{i}", p, _seeded(params, i)) for i, p in enumerate(prompts)]
         start = time.perf_counter()
         outputs = engine.generate(requests)
         wall_s = time.perf_counter() - start
@@ -181,6 +187,13 @@ class SpecBench:
             overhead_per_round_ms=1000 * stats.overhead_time_s / max(stats.num_rounds, 1),
             output_token_ids=[o.token_ids for o in outputs],
         )
+
+
+def _seeded(params: SamplingParams, index: int) -> SamplingParams:
+    """A sampled request's own seed (the same in every configuration); greedy ones need none."""
+    if params.is_greedy:
+        return params
+    return dataclasses.replace(params, seed=SEED_BASE + index)
 
 
 def _median_run(runs: list[RunResult]) -> RunResult:

@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 from daemon.cluster_token import CLIENT_TOKEN_FILE
 
 TUI_COMMAND = "tui"
+MAX_BENCH_TEMPERATURE = 2.0  # a bench past it measures noise, not a workload anyone serves
 
 
 class _OpensTuiByDefault(TyperGroup):
@@ -275,6 +276,13 @@ def bench_command(
     device: str = typer.Option(
         "cpu", "--device", help="cpu or cuda: where specctl and transformers run."
     ),
+    temperature: float = typer.Option(
+        0.0,
+        "--temperature",
+        help="0: greedy, every engine's outputs compared with target-only's. Above 0: every "
+        "engine samples at it (specctl's requests seeded), speculation with the default "
+        "proposal (its top tokens and a tail).",
+    ),
 ) -> None:
     from bench.arg_types import device_problem
     from daemon.runtime.errors import SpecError
@@ -288,6 +296,8 @@ def bench_command(
         fail(f"-k/--num-speculative-tokens must be >= 1, got {k}")
     if repeats < 1:
         fail(f"--repeats must be >= 1, got {repeats}")
+    if not 0.0 <= temperature <= MAX_BENCH_TEMPERATURE:
+        fail(f"--temperature must be in [0, {MAX_BENCH_TEMPERATURE:g}], got {temperature:g}")
     problem = device_problem(device)
     if problem:
         fail(problem)
@@ -295,7 +305,7 @@ def bench_command(
         cfg = default_config(out_dir, draft)
         cfg.num_prompts, cfg.max_tokens, cfg.k, cfg.peers = num_prompts, max_tokens, k, peers
         cfg.concurrencies, cfg.sweep_ks, cfg.threads = concurrencies, sweep_ks, threads
-        cfg.repeats, cfg.device = repeats, device
+        cfg.repeats, cfg.device, cfg.temperature = repeats, device, temperature
         run_bench_command(cfg, target, cost_ratio, shape)
     except SpecError as exc:
         fail(str(exc))

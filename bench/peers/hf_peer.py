@@ -19,6 +19,7 @@ import torch
 from bench.peers.result import PeerResult, acceptance_figures, tokens_per_second
 
 WARMUP_MAX_TOKENS = 8
+SAMPLING_SEED = 1234  # torch's generator before a timed run (sampled generate draws from it)
 SEQUENTIAL = "sequential"
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
@@ -49,13 +50,22 @@ def _loaded(
     return load_causal_lm(model, dtype, device), time.perf_counter() - start
 
 
+def _sampling(temperature: float) -> dict[str, Any]:
+    """generate()'s sampling arguments: greedy at 0; else the full distribution at the
+    temperature (top-k and top-p off: a checkpoint's defaults, such as top_k 50, would sample
+    another distribution than the other engines do)."""
+    if temperature == 0:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+
+
 def _generate_one(model: Any, prompt: Sequence[int], max_tokens: int, **kwargs: Any) -> list[int]:
     input_ids = torch.tensor([list(prompt)], dtype=torch.long, device=model.device)
+    kwargs = {"do_sample": False, **kwargs}
     with torch.inference_mode():
         out = model.generate(
             input_ids,
             attention_mask=torch.ones_like(input_ids),
-            do_sample=False,
             max_new_tokens=max_tokens,
             min_new_tokens=None,
             eos_token_id=None,  # a keyword None overrides the checkpoint's eos: no early stop
@@ -76,7 +86,9 @@ def _warm_up(model: Any, prompts: Sequence[Sequence[int]], max_tokens: int, **kw
 def _timed_sequential(
     model: Any, prompts: Sequence[Sequence[int]], max_tokens: int, **kwargs: Any
 ) -> _Timed:
-    """Every prompt one after another, batch 1, under one wall clock."""
+    """Every prompt one after another, batch 1, under one wall clock (sampling draws from the
+    torch generator, seeded here so that a run repeats)."""
+    torch.manual_seed(SAMPLING_SEED)
     start = time.perf_counter()
     outputs = [_generate_one(model, prompt, max_tokens, **kwargs) for prompt in prompts]
     return _Timed(outputs, time.perf_counter() - start)
@@ -105,12 +117,16 @@ def run_hf_generate(
     max_tokens: int,
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
+    temperature: float = 0.0,
 ) -> PeerResult:
-    """Plain greedy `generate`, batch 1, every prompt in turn; `target` is a path or a model."""
+    """Plain `generate` (greedy at temperature 0), batch 1, every prompt in turn; `target` is a
+    path or a model."""
     model, load_s = _loaded(target, dtype, device)
-    _warm_up(model, prompts_token_ids, max_tokens)
-    timed = _timed_sequential(model, prompts_token_ids, max_tokens)
-    return _result("hf-generate", timed, load_s, note=f"transformers greedy, {_dtype_of(model)}")
+    kwargs = _sampling(temperature)
+    _warm_up(model, prompts_token_ids, max_tokens, **kwargs)
+    timed = _timed_sequential(model, prompts_token_ids, max_tokens, **kwargs)
+    how = "greedy" if temperature == 0 else f"T={temperature:g}"
+    return _result("hf-generate", timed, load_s, note=f"transformers {how}, {_dtype_of(model)}")
 
 
 class _ForwardCounter:
@@ -150,8 +166,10 @@ def run_hf_assisted(
     schedule: str = "constant",
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
+    temperature: float = 0.0,
 ) -> PeerResult:
-    """Assisted generation (`generate(assistant_model=draft)`), greedy, batch 1, in turn.
+    """Assisted generation (`generate(assistant_model=draft)`), batch 1, in turn; greedy at
+    temperature 0, else speculative sampling at that temperature.
 
     Acceptance is measured with forward hooks during the timed runs: every assisted step is one
     target forward that emits one token beyond the accepted ones, and every drafted token one
@@ -164,13 +182,17 @@ def run_hf_assisted(
         raise ValueError("draft and target are one module object: load the draft separately")
     _configure_assistant(draft_model, num_assistant_tokens, schedule)
     steps, drafted = _ForwardCounter(), _ForwardCounter()
-    kwargs = {"assistant_model": draft_model}
+    kwargs = {"assistant_model": draft_model, **_sampling(temperature)}
     _warm_up(target_model, prompts_token_ids, max_tokens, **kwargs)
     with steps.counting(target_model), drafted.counting(draft_model):
         timed = _timed_sequential(target_model, prompts_token_ids, max_tokens, **kwargs)
     accepted = sum(map(len, timed.outputs)) - steps.calls
     rate, length = acceptance_figures(steps.calls, drafted.calls, accepted)
-    note = f"transformers assisted, K={num_assistant_tokens} {schedule}, {_dtype_of(target_model)}"
+    how = "" if temperature == 0 else f", T={temperature:g}"
+    note = (
+        f"transformers assisted, K={num_assistant_tokens} {schedule}{how}, "
+        f"{_dtype_of(target_model)}"
+    )
     return _result(
         "hf-assisted",
         timed,

@@ -7,8 +7,9 @@ JOB.json: {"target": dir, "draft": dir | null, "num_speculative_tokens": K,
 "concurrency": C (1: one request at a time; C > 1: all prompts submitted at once, at most C
 running), "dtype": "float32", "gpu_memory_utilization": 0.3, "kv_cache_gib": 1,
 "max_model_len": L | null, "enforce_eager": true, "warmup_tokens": W,
-"enable_prefix_caching": false}.
-Generation is greedy (temperature 0) with ignore_eos, so every request makes exactly N tokens.
+"enable_prefix_caching": false, "temperature": 0.0}.
+Generation ignores EOS, so every request makes exactly N tokens; greedy at temperature 0 (the
+default), else sampled at it (the LLM's seed fixed).
 
 OUT.json: {"ok": true, "vllm_version", "load_s", "wall_s", "output_token_ids", "spec_counters":
 {"num_drafts", "num_draft_tokens", "num_accepted_tokens"} | null} or {"ok": false, "error": one
@@ -69,11 +70,11 @@ def prompts_of(job: dict[str, Any]) -> list[Any]:
     return prompts
 
 
-def sampling(max_tokens: int, detokenize: bool) -> Any:
+def sampling(max_tokens: int, detokenize: bool, temperature: float = 0.0) -> Any:
     from vllm import SamplingParams
 
     return SamplingParams(
-        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=detokenize
+        temperature=temperature, max_tokens=max_tokens, ignore_eos=True, detokenize=detokenize
     )
 
 
@@ -111,11 +112,12 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     prompts = prompts_of(job)
     max_tokens, concurrency = int(job["max_tokens"]), int(job.get("concurrency", 1))
     detokenize = bool(job.get("prompts_text"))
-    warmup = sampling(min(max_tokens, int(job.get("warmup_tokens", 8))), detokenize)
+    temperature = float(job.get("temperature", 0.0))
+    warmup = sampling(min(max_tokens, int(job.get("warmup_tokens", 8))), detokenize, temperature)
     generate(llm, prompts[:1], warmup, 1)
     before = spec_counters(llm)
     start = time.perf_counter()
-    outputs = generate(llm, prompts, sampling(max_tokens, detokenize), concurrency)
+    outputs = generate(llm, prompts, sampling(max_tokens, detokenize, temperature), concurrency)
     wall_s = time.perf_counter() - start
     return {
         "ok": True,

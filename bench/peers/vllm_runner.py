@@ -164,9 +164,11 @@ def run_vllm(
     prompts_text: Sequence[str] = (),
     options: VllmOptions | None = None,
     venv: Path | None = None,
+    temperature: float = 0.0,
 ) -> PeerResult:
-    """vLLM (CPU build) on the pair: greedy, ignore_eos, warm-up excluded; speculates with
-    `draft` (method "draft_model", k tokens a step) when one is given.
+    """vLLM (CPU build) on the pair: greedy (or sampled at `temperature`), ignore_eos, warm-up
+    excluded; speculates with `draft` (method "draft_model", k tokens a step) when one is
+    given.
 
     concurrency 1 sends one request at a time; C > 1 submits every prompt at once with at most
     C running together. Raises PeerError (one line) on failure or after timeout_s.
@@ -176,6 +178,7 @@ def run_vllm(
         if path is not None and not (Path(path) / "config.json").is_file():
             raise PeerError(f"vLLM peer: {role} checkpoint {path} has no config.json")
     job = _job(target, draft, k, prompts_token_ids, prompts_text, max_tokens, concurrency, options)
+    job["temperature"] = temperature
     output = _run_peer(job, timeout_s, venv)
     outputs: list[list[int]] = output["output_token_ids"]
     num_tokens = sum(map(len, outputs))
@@ -196,6 +199,7 @@ def run_vllm(
         acceptance_rate=rate,
         mean_acceptance_length=length,
         note=f"vLLM {output['vllm_version']} CPU, {options.dtype}, {spec}"
+        + ("" if temperature == 0 else f", T={temperature:g}")
         + ("" if options.enable_prefix_caching else ", prefix caching off"),
         load_s=output["load_s"],
         output_token_ids=outputs,

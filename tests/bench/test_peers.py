@@ -79,6 +79,25 @@ def test_hf_assisted_with_the_target_as_draft_accepts_everything(pair: tuple[Pat
     assert result.mean_acceptance_length == pytest.approx(MAX_TOKENS / steps)
 
 
+def test_hf_peers_sample_at_a_temperature_and_repeat_with_their_seed(
+    pair: tuple[Path, Path], plain: PeerResult
+) -> None:
+    """Sampled runs make exactly max_tokens, differ from greedy, and repeat (the generator is
+    seeded before each timed run); assisted generation at a temperature is speculative
+    sampling, with its acceptance measured."""
+    first = run_hf_generate(pair[0], PROMPTS, MAX_TOKENS, temperature=1.0)
+    again = run_hf_generate(pair[0], PROMPTS, MAX_TOKENS, temperature=1.0)
+    _check_counts(first)
+    assert first.output_token_ids == again.output_token_ids
+    assert first.output_token_ids != plain.output_token_ids
+    assert "T=1" in first.note
+    assisted = run_hf_assisted(*pair, PROMPTS, MAX_TOKENS, num_assistant_tokens=K, temperature=1.0)
+    _check_counts(assisted)
+    assert assisted.output_token_ids != plain.output_token_ids
+    assert assisted.acceptance_rate is not None and 0.0 <= assisted.acceptance_rate <= 1.0
+    assert "T=1" in assisted.note
+
+
 def test_hf_assisted_rejects_an_unknown_schedule(pair: tuple[Path, Path]) -> None:
     with pytest.raises(ValueError, match="schedule"):
         run_hf_assisted(*pair, PROMPTS[:1], MAX_TOKENS, num_assistant_tokens=K, schedule="x")

@@ -98,6 +98,28 @@ def test_bench_wide_shape_builds_and_reports_it(tmp_path: Path) -> None:
     assert "target shape wide" in proc.stdout
 
 
+def test_bench_samples_at_a_temperature(tmp_path: Path) -> None:
+    """`--temperature`: every specctl configuration samples (seeded), the report says so and
+    does not compare the draws with target-only's; the figures are all there."""
+    target, draft = demo_pair_dirs()
+    proc = specctl(
+        "bench", "--target", target, "--draft", draft, "--no-peers", "--concurrency", "1",
+        "--ks", "2", "-k", "2", "--num-prompts", "2", "--max-tokens", "6", "--out", tmp_path,
+        "--threads", "1", "--repeats", "1", "--temperature", "0.8",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (report,) = json.loads((tmp_path / "bench.json").read_text())["shapes"]
+    assert report["temperature"] == 0.8 and report["lossless"] is None
+    assert report["config"]["temperature"] == "0.8"
+    spec = [r for r in report["rows"] if r["mode"] == "spec k=2"]
+    assert len(spec) == 2 and all(r["acceptance_rate"] is not None for r in spec)
+    assert all(r["num_tokens"] == 12 for r in report["rows"])
+    assert "sampled at T = 0.8, seeded" in proc.stdout
+    assert (
+        "sampled outputs are draws" in proc.stdout and "identical to target-only" not in proc.stdout
+    )
+
+
 def test_bench_without_batch_1_reports_no_bound(tmp_path: Path) -> None:
     """The analytic bound models batch 1: a run at other concurrencies says it was not
     computed (it crashed on a StopIteration) and compares outputs at its lowest one."""
@@ -123,6 +145,8 @@ def test_bench_without_batch_1_reports_no_bound(tmp_path: Path) -> None:
         (["-k", "0"], "-k"),
         (["--repeats", "0"], "--repeats"),
         (["--device", "tpu"], "--device must be one of cpu, cuda"),
+        (["--temperature", "-0.5"], "--temperature must be in [0, 2], got -0.5"),
+        (["--temperature", "3"], "--temperature must be in [0, 2], got 3"),
     ],
 )
 def test_bench_rejects_bad_options(tmp_path: Path, args: list[str], option: str) -> None:
