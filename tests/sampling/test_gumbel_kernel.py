@@ -7,48 +7,20 @@ kernel through `gumbel_argmax` at real vocabulary sizes.
 """
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from gumbel_cases import dense_argmax_case
-from triton_child import KERNEL_CHILD_ENV, is_kernel_child
+from triton_child import is_kernel_child, run_interpreted_child
 
 from daemon.runtime.sampling.gumbel_field import BLOCK, SUPER, dense_field, field_keys
 
-HERE = Path(__file__).parent
-CHILD_TIMEOUT_S = 300
 kernel_only = pytest.mark.skipif(not is_kernel_child(), reason="runs in the interpreted child")
 
 
 @pytest.mark.skipif(is_kernel_child(), reason="this is the child run")
 def test_kernel_is_the_dense_argmax_interpreted() -> None:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", KERNEL_CHILD_ENV: "1"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            "not interpreted",
-            "-W",
-            "ignore::RuntimeWarning",
-            __file__,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
+    run_interpreted_child([__file__], "not interpreted")
 
 
 def _race(scores: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, **kwargs) -> list[int]:

@@ -6,36 +6,22 @@ launcher test below re-runs pytest in a fresh process with the variable set, whe
 kernel-only tests here and every `sampler`-parametrised hand-made case run against the kernel.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from sampling_batches import random_batch
-from triton_child import KERNEL_CHILD_ENV, is_kernel_child
+from triton_child import is_kernel_child, run_interpreted_child
 
 from daemon.runtime.sampling.rejection import rejection_sample
 
 HERE = Path(__file__).parent
-CHILD_TIMEOUT_S = 300
 
 
 @pytest.mark.skipif(is_kernel_child(), reason="this is the child run")
 def test_kernel_matches_reference_interpreted() -> None:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", KERNEL_CHILD_ENV: "1"}
     files = [str(HERE / "test_rejection_cases.py"), str(HERE / "test_rejection_kernel.py")]
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "triton", *files],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
+    run_interpreted_child(files, "triton")
 
 
 kernel_only = pytest.mark.skipif(not is_kernel_child(), reason="runs in the interpreted child")
