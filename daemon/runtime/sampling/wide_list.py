@@ -4,9 +4,9 @@ A row of logits at temperature T has q_i = exp(x_i / T - log Z). Its tokens fall
 log q, counted down from the row's best token in steps of LOG_Q_BIN (bin b holds the tokens
 between b and b + 1 steps below it; the last of NUM_LOG_Q_BINS holds everything further down).
 The list takes whole bins, best first, while they fit in `max_listed` tokens, and stops after
-the bin that brings its mass to the row's target. So every listed token is at least as likely
-as every unlisted one but for ties within one bin (1/32 nat), the budget is never exceeded, and
-the list covers the target unless the budget ends first. Within a bin the tokens come in id
+the bin that brings its mass to the row's target. So every listed token is more likely than
+every unlisted one (whole bins: no bin is split), the budget is never exceeded, and the list
+covers the target unless the budget ends first. Within a bin the tokens come in id
 order; the list's order is (bin, id), the same on every path.
 
 On a CPU with the native kernels one C call does it for every row (a counting sort: a pass to
