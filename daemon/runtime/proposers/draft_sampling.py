@@ -247,7 +247,6 @@ class DraftSampler:
             wide_mass = torch.tensor([min(k.listing_mass, self.sparse_mass) for k in keys])
             short = (top.sum(dim=-1) < wide_mass).nonzero().flatten()
             if len(short):
-                self.num_widened_rows += len(short)
                 top, ids = self._widened(logits, on_device, log_norms, top, ids, short, wide_mass)
         return self._draw_rows(logits, keys, temps, top, ids)
 
@@ -288,6 +287,7 @@ class DraftSampler:
         )  # fmt: skip
         widened = count > 0  # [W]
         num_widened = int(widened.sum())
+        self.num_widened_rows += num_widened  # not those whose best bin overflows the budget
         if not num_widened:
             return top, ids
         listed = int(count.max())
