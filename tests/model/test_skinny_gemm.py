@@ -1,4 +1,5 @@
-"""The skinny GEMM computes F.linear at every shape a pass produces, on one thread or several."""
+"""The skinny GEMM computes F.linear at every shape a pass produces, on one thread or several,
+on its AVX2 path and (where the CPU has AVX-512F) its many-row AVX-512 path."""
 
 import platform
 from pathlib import Path
@@ -19,6 +20,27 @@ def _cpu_has_avx2_fma() -> bool:
     return {"avx2", "fma"} <= set(flags.split())
 
 
+def _cpu_flags() -> set[str]:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return set()
+    lines = cpuinfo.read_text().splitlines()
+    return set(next((line for line in lines if line.startswith("flags")), "").split())
+
+
+@pytest.fixture(autouse=True, params=["default", "avx2", "avx512"])
+def row_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs three ways: the shipped threshold (AVX-512 from WIDE_MIN_ROWS rows
+    where the CPU has it), the AVX2 path for every row count, the AVX-512 path for every row
+    count (the same as AVX2 where the CPU lacks it)."""
+    value = {"default": None, "avx2": "0", "avx512": "1"}[request.param]
+    if value is None:
+        monkeypatch.delenv(skinny.WIDE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(skinny.WIDE_ENV, value)
+    return request.param
+
+
 def test_the_kernel_is_built_where_it_can_run() -> None:
     """On an x86-64 CPU with AVX2 and FMA the install must have built it: an optional build
     that failed silently would otherwise leave every pass on the slower oneDNN path."""
@@ -28,6 +50,39 @@ def test_the_kernel_is_built_where_it_can_run() -> None:
 
 
 pytestmark_kernel = pytest.mark.skipif(not skinny.available(), reason="skinny GEMM not built")
+
+
+def test_the_many_row_path_runs_where_the_cpu_has_avx512() -> None:
+    if "avx512f" not in _cpu_flags() or not _cpu_has_avx2_fma():
+        pytest.skip("this CPU has no AVX-512F: the AVX2 path takes every row count")
+    assert skinny.has_avx512()
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "1.5"])
+def test_a_bad_row_threshold_is_a_clear_error(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(skinny.WIDE_ENV, value)
+    with pytest.raises(ValueError, match=r"SPECCTL_AVX512=.*expected 0 \(off\) or a row count"):
+        skinny.wide_min_rows()
+
+
+@pytestmark_kernel
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("rows", [8, 12, 13, 24, 97, 200])
+def test_both_paths_give_the_same_bits(
+    gated: bool, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both paths add x_k w_k into each output in k order with one FMA a step, so they agree
+    to the bit: a row's greedy token cannot depend on how many rows share its pass (a verify
+    pass of many sequences takes the AVX-512 path, one decode step the AVX2 one)."""
+    hidden, out_f = 300, 16 * 5 + 3  # K past two K blocks of 128, an odd and partial panel
+    weight = _weight(2 * out_f if gated else out_f, hidden, seed=rows)
+    packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
+    run = skinny.gated_linear if gated else skinny.linear
+    x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(rows))
+    monkeypatch.setenv(skinny.WIDE_ENV, "0")
+    avx2 = run(x, packed, out_f)
+    monkeypatch.setenv(skinny.WIDE_ENV, "1")
+    assert torch.equal(run(x, packed, out_f), avx2)
 
 
 def _weight(out_f: int, in_f: int, seed: int = 0) -> torch.Tensor:

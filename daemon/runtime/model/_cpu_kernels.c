@@ -1,7 +1,7 @@
 /* The CPU runner's native kernels (float32, x86-64 with AVX2 and FMA):
  *
  * - skinny GEMM: y[M, N] = x[M, K] @ w[N, K]^T, the weight streamed from memory once for every
- *   M up to a block of rows; and its gated form for SwiGLU MLPs, y = silu(x @ g^T) * (x @ u^T),
+ *   M up to a block of rows (many rows on AVX-512 where the CPU has it); and its gated form for SwiGLU MLPs, y = silu(x @ g^T) * (x @ u^T),
  *   without the [M, 2N] intermediate (skinny.py);
  * - RMSNorm, with the residual add before it fused (rmsnorm.py): one call where torch's CPU
  *   rms_norm runs a handful of ops (~16 us at one row of 256 on this machine, ~3 us here);
@@ -27,6 +27,10 @@
  * software: one chunk streams PF_DIST lines ahead; several chunks each prefetch a share of the
  * next block, so that memory stays busy while a block's later chunks compute from L1.
  *
+ * Many rows on AVX-512 (a block of at least the caller's wide_min rows, where the CPU has
+ * AVX-512F): the block's x packed once, then two panels at a time in zmm registers (the
+ * WIDE_MICRO kernels below). The same sums in the same order as the AVX2 path: the same bits.
+ *
  * Threads: the panels (pairs) are split into contiguous ranges, one per thread (pthreads
  * created per call; only worth it for large weights, which the caller decides). The GIL is
  * released.
@@ -51,8 +55,10 @@
 #define MB 96         /* rows per block: the weights are streamed once per block */
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
+#define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
+#define WKB 128       /* its K per block: a panel pair's block (16 KB) and a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 11 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 12 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -64,6 +70,7 @@ typedef struct {
     int64_t p0, p1;   /* this thread's output panels [p0, p1) */
     int gated;
     float *bmax;      /* NULL, or [M, ceil(n / 64)]: each row's max over every 64 columns */
+    int64_t wide_min; /* a row block of at least this many rows takes the AVX-512 path (0: never) */
 } Job;
 
 #ifdef NATIVE_X86
@@ -212,6 +219,169 @@ __attribute__((target("avx2,fma"))) static void block_maxima(const Job *job, int
     }
 }
 
+
+/* ---- Many rows (a prefill, a verify pass of many sequences) on AVX-512 ----
+ * Past a few dozen rows a pass is bound by the multiply-adds, not by reading the weights, and
+ * the AVX2 register block above (6 rows x 16 columns) tops out near 20 flops a cycle where
+ * oneDNN's AVX-512 kernels reach 30-40. This path packs the row block's x once as
+ * [chunk][K][WR] (a k step of a chunk's rows is one run of at most 48 bytes, so the broadcasts
+ * read L1 in order), then runs two panels at a time: up to 12 rows x 2 panels = 24 zmm
+ * accumulators, per k step 2 weight loads and 12 broadcasts for 24 FMAs. The pair is a gated
+ * weight's gate and up panels of the same columns (silu(gate) * up as the epilogue, as
+ * above), else two neighbouring panels. Chunks have near-equal sizes, as above. */
+#define W_INIT(i)                                                                           \
+    __m512 a##i = _mm512_setzero_ps(), b##i = _mm512_setzero_ps();                          \
+    if (load) {                                                                             \
+        a##i = _mm512_loadu_ps(ca + (i) * lda);                                             \
+        if (two) b##i = _mm512_loadu_ps(cb + (i) * ldb);                                    \
+    }
+#define W_FMA(i)                                                                            \
+    {                                                                                       \
+        const __m512 xb = _mm512_set1_ps(xk[i]);                                            \
+        a##i = _mm512_fmadd_ps(xb, wa_k, a##i);                                             \
+        b##i = _mm512_fmadd_ps(xb, wb_k, b##i);                                             \
+    }
+#define W_STORE(i)                                                                          \
+    _mm512_storeu_ps(ca + (i) * lda, a##i);                                                 \
+    if (two) _mm512_storeu_ps(cb + (i) * ldb, b##i);
+#define W_ROWS7(F) ROWS6(F) F(6)
+#define W_ROWS8(F) W_ROWS7(F) F(7)
+#define W_ROWS9(F) W_ROWS8(F) F(8)
+#define W_ROWS10(F) W_ROWS9(F) F(9)
+#define W_ROWS11(F) W_ROWS10(F) F(10)
+#define W_ROWS12(F) W_ROWS11(F) F(11)
+
+/* The chunk's rows xp [kn][WR] (its first ROWS of each WR) times panels wa and wb (wb = wa
+ * for one panel: two = 0) over kn k steps, into ca / cb (rows lda / ldb floats apart), added
+ * to them (load) or fresh. pfa / pfb: this chunk's share of the next block to prefetch. */
+#define WIDE_MICRO(NAME, ROWS)                                                              \
+    __attribute__((target("avx512f,avx2,fma"))) static void NAME(                           \
+        const float *xp, const float *wa, const float *wb, int64_t kn, float *ca,           \
+        int64_t lda, float *cb, int64_t ldb, int two, int load, const float *pfa,           \
+        const float *pfb, int pf_shift)                                                     \
+    {                                                                                       \
+        ROWS(W_INIT)                                                                        \
+        for (int64_t k = 0; k < kn; k++) {                                                  \
+            _mm_prefetch((const char *)(pfa + (k >> pf_shift) * NR), _MM_HINT_T0);           \
+            _mm_prefetch((const char *)(pfb + (k >> pf_shift) * NR), _MM_HINT_T0);           \
+            const __m512 wa_k = _mm512_loadu_ps(wa + k * NR);                               \
+            const __m512 wb_k = _mm512_loadu_ps(wb + k * NR);                               \
+            const float *xk = xp + k * WR;                                                  \
+            ROWS(W_FMA)                                                                     \
+        }                                                                                   \
+        ROWS(W_STORE)                                                                       \
+    }
+WIDE_MICRO(wide1, ROWS1)
+WIDE_MICRO(wide2, ROWS2)
+WIDE_MICRO(wide3, ROWS3)
+WIDE_MICRO(wide4, ROWS4)
+WIDE_MICRO(wide5, ROWS5)
+WIDE_MICRO(wide6, ROWS6)
+WIDE_MICRO(wide7, W_ROWS7)
+WIDE_MICRO(wide8, W_ROWS8)
+WIDE_MICRO(wide9, W_ROWS9)
+WIDE_MICRO(wide10, W_ROWS10)
+WIDE_MICRO(wide11, W_ROWS11)
+WIDE_MICRO(wide12, W_ROWS12)
+
+typedef void (*WideFn)(const float *, const float *, const float *, int64_t, float *, int64_t,
+                       float *, int64_t, int, int, const float *, const float *, int);
+static const WideFn WIDES[WR + 1] = {NULL,   wide1, wide2, wide3, wide4,  wide5, wide6,
+                                     wide7,  wide8, wide9, wide10, wide11, wide12};
+
+/* A row block's chunks: near-equal sizes of at most WR rows (16 rows: 8 + 8, not 12 + 4). */
+static inline int64_t wide_chunks(int64_t rows) { return (rows + WR - 1) / WR; }
+static inline int64_t wide_chunk_start(int64_t rows, int64_t c)
+{
+    const int64_t n = wide_chunks(rows);
+    return rows / n * c + (c < rows % n ? c : rows % n);
+}
+
+/* x rows [m0, m0 + rows) packed as [chunk][K][WR]: chunk c's rows in the first lanes of each
+ * k step (its size: wide_chunk_start(c + 1) - wide_chunk_start(c)). */
+static void wide_pack(const Job *job, int64_t m0, int64_t rows, float *xp)
+{
+    const int64_t K = job->k, chunks = wide_chunks(rows);
+    for (int64_t c = 0; c < chunks; c++) {
+        float *dst = xp + c * K * WR;
+        const int64_t r0 = wide_chunk_start(rows, c), r1 = wide_chunk_start(rows, c + 1);
+        for (int64_t row = r0; row < r1; row++) {
+            const float *src = job->x + (m0 + row) * job->ldx;
+            for (int64_t k = 0; k < K; k++) dst[k * WR + row - r0] = src[k];
+        }
+    }
+}
+
+/* Panels wa (and wb where two) times the packed rows, into ca / cb: K in blocks of WKB, the
+ * row chunks inside (a block of the panels stays in L1 while every chunk uses it). */
+__attribute__((target("avx512f,avx2,fma"))) static void wide_pair(const Job *job, const float *xp,
+                                                       int64_t rows, const float *wa,
+                                                       const float *wb, int two, float *ca,
+                                                       int64_t lda, float *cb, int64_t ldb)
+{
+    const int64_t K = job->k, chunks = wide_chunks(rows);
+    int shift = 0;
+    while (((int64_t)1 << shift) < chunks) shift++;
+    for (int64_t k0 = 0; k0 < K; k0 += WKB) {
+        const int64_t kn = K - k0 < WKB ? K - k0 : WKB;
+        for (int64_t c = 0; c < chunks; c++) {
+            const int64_t r0 = wide_chunk_start(rows, c);
+            const int64_t ahead = (kn + c * (kn >> shift)) * NR; /* the next block's share */
+            WIDES[wide_chunk_start(rows, c + 1) - r0](
+                xp + c * K * WR + k0 * WR, wa + k0 * NR, wb + k0 * NR, kn, ca + r0 * lda, lda,
+                cb + r0 * ldb, ldb, two, k0 > 0, wa + k0 * NR + ahead, wb + k0 * NR + ahead,
+                shift);
+        }
+    }
+}
+
+/* run_block's work for a row block on the AVX-512 path (xp: the block's rows, packed). */
+__attribute__((target("avx512f,avx2,fma"))) static void wide_block(const Job *job, int64_t m0,
+                                                        int64_t rows, const float *xp,
+                                                        float *tile_a, float *tile_b)
+{
+    const int64_t K = job->k;
+    for (int64_t p = job->p0; p < job->p1;) {
+        const int64_t col = p * NR;
+        const int64_t width = job->n - col < NR ? job->n - col : NR;
+        float *dst = job->y + m0 * job->ldy + col;
+        int64_t done = 1;
+        if (job->gated) {
+            wide_pair(job, xp, rows, job->w + 2 * p * K * NR, job->w + (2 * p + 1) * K * NR, 1,
+                      tile_a, NR, tile_b, NR);
+            for (int64_t i = 0; i < rows; i++) {
+                float out[NR];
+                _mm256_storeu_ps(out, swiglu8(_mm256_loadu_ps(tile_a + i * NR),
+                                              _mm256_loadu_ps(tile_b + i * NR)));
+                _mm256_storeu_ps(out + 8, swiglu8(_mm256_loadu_ps(tile_a + i * NR + 8),
+                                                  _mm256_loadu_ps(tile_b + i * NR + 8)));
+                memcpy(dst + i * job->ldy, out, (size_t)width * sizeof(float));
+            }
+        } else if (width < NR) {
+            const float *wp = job->w + p * K * NR;
+            wide_pair(job, xp, rows, wp, wp, 0, tile_a, NR, tile_a, NR);
+            for (int64_t i = 0; i < rows; i++) {
+                memcpy(dst + i * job->ldy, tile_a + i * NR, (size_t)width * sizeof(float));
+            }
+        } else {
+            /* two whole panels where the next one is whole and this thread's, and both fall in
+             * one block of the block maxima (a block's maxima are taken once it is complete) */
+            const int two = p + 1 < job->p1 && job->n - col >= 2 * NR &&
+                            (!job->bmax || (p + 1) % BMAX_PANELS != 0);
+            const float *wp = job->w + p * K * NR;
+            wide_pair(job, xp, rows, wp, two ? wp + K * NR : wp, two, dst, job->ldy,
+                      dst + NR, job->ldy);
+            done = two ? 2 : 1;
+        }
+        for (int64_t q = p; q < p + done; q++) {
+            if (job->bmax && ((q + 1) % BMAX_PANELS == 0 || (q + 1) * NR >= job->n)) {
+                block_maxima(job, m0, rows, q / BMAX_PANELS);
+            }
+        }
+        p += done;
+    }
+}
+
 /* Output panels [p0, p1) for rows [m0, m0 + rows). Plain: full panels straight into y, the
  * last partial one through tile and copied out. Gated: each pair through two tiles, then
  * silu(gate) * up into y. Tiles hold MB x NR floats. */
@@ -253,9 +423,21 @@ static void *run_job(void *arg)
 {
     const Job *job = (const Job *)arg;
     float tile_a[MB * NR], tile_b[MB * NR];
-    for (int64_t m0 = 0; m0 < job->m; m0 += MB) {
-        run_block(job, m0, job->m - m0 < MB ? job->m - m0 : MB, tile_a, tile_b);
+    float *xp = NULL; /* the AVX-512 path's packed rows: [ceil(MB / WR)][K][WR] */
+    if (job->wide_min > 0 && job->m >= job->wide_min && job->p0 < job->p1) {
+        xp = aligned_alloc(64, (size_t)(((MB + WR - 1) / WR) * WR * job->k * sizeof(float) + 63) /
+                                   64 * 64);
     }
+    for (int64_t m0 = 0; m0 < job->m; m0 += MB) {
+        const int64_t rows = job->m - m0 < MB ? job->m - m0 : MB;
+        if (xp && rows >= job->wide_min) {
+            wide_pack(job, m0, rows, xp);
+            wide_block(job, m0, rows, xp, tile_a, tile_b);
+        } else {
+            run_block(job, m0, rows, tile_a, tile_b);
+        }
+    }
+    free(xp);
     return NULL;
 }
 
@@ -973,6 +1155,12 @@ static int cpu_ok(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+static int cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return cpu_ok() && __builtin_cpu_supports("avx512f");
+}
+
 /* The k largest of a stream of (value, index) pairs: a min-heap of at most k, its smallest
  * at 0, so each later pair costs one comparison unless it enters. */
 typedef struct {
@@ -1071,6 +1259,15 @@ static int int_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t total, i
     return 1;
 }
 
+static PyObject *has_avx512(PyObject *self, PyObject *noargs)
+{
+#ifdef NATIVE_X86
+    return PyBool_FromLong(cpu_has_avx512());
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyObject *available(PyObject *self, PyObject *noargs)
 {
 #ifdef NATIVE_X86
@@ -1080,14 +1277,18 @@ static PyObject *available(PyObject *self, PyObject *noargs)
 #endif
 }
 
-/* gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr): pointers as
- * integers, strides in elements; bmax_ptr 0: no block maxima (else [m, ceil(n / 64)], not
- * gated, ldy = n). The caller (skinny.py) checks shapes, dtypes, layout and availability. */
+/* gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr, wide_min):
+ * pointers as integers, strides in elements; bmax_ptr 0: no block maxima (else
+ * [m, ceil(n / 64)], not gated, ldy = n); wide_min: row blocks of at least this many rows take
+ * the AVX-512 path where the CPU has it (0: never). The caller (skinny.py) checks shapes,
+ * dtypes, layout and availability. */
 static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[11];
-    if (!int_args(args, nargs, 11, 11, "gemm", v)) return NULL;
+    long long v[12];
+    if (!int_args(args, nargs, 12, 12, "gemm", v)) return NULL;
 #ifdef NATIVE_X86
+    static int has_avx512 = -1;
+    if (has_avx512 < 0) has_avx512 = cpu_has_avx512();
     const int64_t n = v[6], panels = (n + NR - 1) / NR;
     int threads = (int)v[8];
     if (threads < 1) threads = 1;
@@ -1106,6 +1307,7 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             .p0 = p0, .p1 = p1 < panels ? p1 : panels,
             .gated = v[9] != 0,
             .bmax = (float *)(intptr_t)v[10],
+            .wide_min = has_avx512 && v[11] > 0 ? v[11] : 0,
         };
     }
     int failed = 0;
@@ -1467,10 +1669,13 @@ static PyObject *wide_list(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
+    {"has_avx512", has_avx512, METH_NOARGS,
+     "Whether this CPU runs the GEMM's many-row path (AVX-512F)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
-     "gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr): y = x @ w^T "
-     "over packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating panels; bmax_ptr: "
-     "also each row's max over every 64 columns."},
+     "gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr, wide_min): "
+     "y = x @ w^T over packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating panels; "
+     "bmax_ptr: also each row's max over every 64 columns; wide_min: the fewest rows of a block "
+     "on the AVX-512 path (0: never)."},
     {"rmsnorm", (PyCFunction)(void (*)(void))rmsnorm, METH_FASTCALL,
      "rmsnorm(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, dim, eps): y = rmsnorm(x + r) * w."},
     {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,

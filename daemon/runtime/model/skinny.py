@@ -8,12 +8,25 @@ prepacked 44.7 / 69.8 / 80.5 ms, MKL `F.linear` 38.1 / 112 / 120 ms, this kernel
 38.4 ms, where one read of the weights takes 25.7 ms; at 144 rows (a prefill) 466 ms against
 oneDNN's 459. It streams each weight once per block of up to 96 rows, prefetching ahead.
 
+Past a few dozen rows (a prefill; a verify pass of many sequences) a pass is bound by the
+multiply-adds, and there the AVX2 register block tops out near 20 flops a cycle. On a CPU
+with AVX-512F a block of WIDE_MIN_ROWS rows or more takes the C source's AVX-512 path (x
+packed once per block, 12 rows x 2 panels in 24 zmm registers). Measured on a 2-core Intel
+Xeon (Cascade Lake, AVX-512) with the same bench, one thread, ms per pass, AVX2 path /
+AVX-512 path / oneDNN: 9 rows 32.2 / 31.6 / 40.3, 16 rows 47.4 / 39.5 / 53.2, 24 rows
+69.7 / 47.9 / 68.0, 48 rows 134 / 86.3 / 113, 96 rows 278 / 169 / 197, 144 rows 414 / 255 /
+282 (one read of the weights: 27 ms; below 8 rows the AVX2 path is as fast or faster). Both
+paths add x_k w_k into each output in k order, one FMA a step: the same bits, so a row's
+greedy token does not depend on how many rows share its pass.
+
 Packed layout: [P, K, 16] with P = ceil(N / 16), panel p holding output columns 16p..16p+15
 (zero past N). Gated (a SwiGLU MLP's fused gate and up projections): the two weights' panels
 alternate, [2P, K, 16], and the kernel writes silu(gate) * up, never the [rows, 2N] product.
 Built here with torch, on transparent huge pages where the system allows (huge_pages.py: a
 stream through 300 MB crosses 512 times fewer page boundaries); the C side only reads it.
 """
+
+import os
 
 import torch
 
@@ -22,6 +35,29 @@ from daemon.runtime.model.native import kernels
 
 PANEL = 16  # output columns per panel (NR in the C source)
 MIN_THREAD_BYTES = 4 << 20  # a weight under this runs on one thread: a thread costs ~20 us
+WIDE_MIN_ROWS = 8  # a block of at least this many rows takes the AVX-512 path where it runs
+WIDE_ENV = "SPECCTL_AVX512"  # "0": the AVX2 path for every row count (before/after figures)
+
+
+def wide_min_rows() -> int:
+    """The fewest rows of a block that the AVX-512 path takes (0: never): WIDE_MIN_ROWS,
+    unless SPECCTL_AVX512 is "0" (never) or a number (that many rows; tests force 1)."""
+    value = os.environ.get(WIDE_ENV, "").strip()
+    if not value:
+        return WIDE_MIN_ROWS
+    try:
+        rows = int(value)
+    except ValueError:
+        raise ValueError(f"{WIDE_ENV}={value!r}: expected 0 (off) or a row count") from None
+    if rows < 0:
+        raise ValueError(f"{WIDE_ENV}={value!r}: expected 0 (off) or a row count")
+    return rows
+
+
+def has_avx512() -> bool:
+    """Whether the many-row path can run here (the kernels built, the CPU has AVX-512F)."""
+    module = kernels()
+    return module is not None and bool(module.has_avx512())
 
 
 def available() -> bool:
@@ -128,5 +164,6 @@ def _run(
             threads,
             gated,
             0 if maxima is None else maxima.data_ptr(),
+            wide_min_rows(),
         )
     return out
