@@ -95,3 +95,18 @@ def test_tokens_the_draft_cannot_draw_are_listed_with_q_zero() -> None:
     assert count.tolist() == [256, 256]
     impossible = logits.gather(-1, ids) == -math.inf  # [2, 256]
     assert impossible.sum() == 256 and (q[impossible] == 0).all() and (q[~impossible] > 0).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("vocab", [5000, 151936])
+def test_the_torch_path_on_cuda_lists_what_it_lists_on_the_cpu(vocab: int) -> None:
+    """The widened lists of CUDA logits (the torch sort on the device) against the same path on
+    the host: the same ids and counts."""
+    case = _case(vocab, seed=vocab)
+    case[-1][2] = 0.999  # away from the exps' last-bit tie (as above)
+    cuda_case = (case[0].cuda(), *case[1:])
+    got = wide_list.wide_lists(*cuda_case, 2048)
+    want = wide_list._torch(*case, min(2048, vocab))
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=0)
+    assert int(got[2].max()) > 0
