@@ -1,8 +1,9 @@
 /* The CPU runner's native kernels (float32, x86-64 with AVX2 and FMA):
  *
  * - skinny GEMM: y[M, N] = x[M, K] @ w[N, K]^T, the weight streamed from memory once for every
- *   M up to a block of rows (many rows on AVX-512 where the CPU has it); and its gated form for SwiGLU MLPs, y = silu(x @ g^T) * (x @ u^T),
- *   without the [M, 2N] intermediate (skinny.py);
+ *   M up to a block of rows (many rows on AVX-512 where the CPU has it); and its gated form
+ *   for SwiGLU MLPs, y = silu(x @ g^T) * (x @ u^T), without the [M, 2N] intermediate
+ *   (skinny.py);
  * - RMSNorm, with the residual add before it fused (rmsnorm.py): one call where torch's CPU
  *   rms_norm runs a handful of ops (~16 us at one row of 256 on this machine, ~3 us here);
  * - decode attention (attention.py): rotary on q and k, the chunk's K/V written to the cache,
@@ -56,7 +57,7 @@
 #define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
 #define MAX_THREADS 64
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
-#define WKB 128       /* its K per block: a panel pair's block (16 KB) and a chunk's x (6 KB) in L1 */
+#define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
 #define ABI_VERSION 12 /* native.py checks it: a stale build is not used */
 
@@ -219,7 +220,6 @@ __attribute__((target("avx2,fma"))) static void block_maxima(const Job *job, int
     }
 }
 
-
 /* ---- Many rows (a prefill, a verify pass of many sequences) on AVX-512 ----
  * Past a few dozen rows a pass is bound by the multiply-adds, not by reading the weights, and
  * the AVX2 register block above (6 rows x 16 columns) tops out near 20 flops a cycle where
@@ -314,10 +314,9 @@ static void wide_pack(const Job *job, int64_t m0, int64_t rows, float *xp)
 
 /* Panels wa (and wb where two) times the packed rows, into ca / cb: K in blocks of WKB, the
  * row chunks inside (a block of the panels stays in L1 while every chunk uses it). */
-__attribute__((target("avx512f,avx2,fma"))) static void wide_pair(const Job *job, const float *xp,
-                                                       int64_t rows, const float *wa,
-                                                       const float *wb, int two, float *ca,
-                                                       int64_t lda, float *cb, int64_t ldb)
+__attribute__((target("avx512f,avx2,fma"))) static void wide_pair(
+    const Job *job, const float *xp, int64_t rows, const float *wa, const float *wb, int two,
+    float *ca, int64_t lda, float *cb, int64_t ldb)
 {
     const int64_t K = job->k, chunks = wide_chunks(rows);
     int shift = 0;
@@ -336,9 +335,8 @@ __attribute__((target("avx512f,avx2,fma"))) static void wide_pair(const Job *job
 }
 
 /* run_block's work for a row block on the AVX-512 path (xp: the block's rows, packed). */
-__attribute__((target("avx512f,avx2,fma"))) static void wide_block(const Job *job, int64_t m0,
-                                                        int64_t rows, const float *xp,
-                                                        float *tile_a, float *tile_b)
+__attribute__((target("avx512f,avx2,fma"))) static void wide_block(
+    const Job *job, int64_t m0, int64_t rows, const float *xp, float *tile_a, float *tile_b)
 {
     const int64_t K = job->k;
     for (int64_t p = job->p0; p < job->p1;) {
@@ -425,8 +423,8 @@ static void *run_job(void *arg)
     float tile_a[MB * NR], tile_b[MB * NR];
     float *xp = NULL; /* the AVX-512 path's packed rows: [ceil(MB / WR)][K][WR] */
     if (job->wide_min > 0 && job->m >= job->wide_min && job->p0 < job->p1) {
-        xp = aligned_alloc(64, (size_t)(((MB + WR - 1) / WR) * WR * job->k * sizeof(float) + 63) /
-                                   64 * 64);
+        const size_t bytes = (size_t)((MB + WR - 1) / WR) * WR * job->k * sizeof(float);
+        xp = aligned_alloc(64, (bytes + 63) / 64 * 64); /* NULL: the AVX2 path does it all */
     }
     for (int64_t m0 = 0; m0 < job->m; m0 += MB) {
         const int64_t rows = job->m - m0 < MB ? job->m - m0 : MB;
@@ -1073,6 +1071,89 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
     return g.value > -INFINITY ? g.token : -1;
 }
 
+/* exp8 on 16 floats (AVX-512F): the same operations lane by lane, so the same bits. */
+__attribute__((target("avx512f,avx2,fma"))) static inline __m512 exp16(__m512 x)
+{
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.3762626647949f)),
+                      _mm512_set1_ps(88.3762626647949f));
+    __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
+    fx = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+/* acc (8 lanes) + the low 8 of v, then + the high 8: the AVX2 loops' order of additions */
+__attribute__((target("avx512f,avx2,fma"))) static inline __m256 add_halves(__m256 acc, __m512 v)
+{
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(v));
+    return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* log_normalizer on AVX-512F: the same exps and the same sums in the same order (the same
+ * bits), 16 floats a step. */
+__attribute__((target("avx512f,avx2,fma"))) static double log_normalizer16(const float *x,
+                                                                          int64_t V, float top,
+                                                                          double inv_t)
+{
+    if (top != top || top == INFINITY) return top != top ? NAN : INFINITY;
+    if (top == -INFINITY) return -INFINITY;
+    const __m512 vtop = _mm512_set1_ps(top), vinv = _mm512_set1_ps((float)inv_t);
+    double total = 0.0;
+    int64_t i = 0;
+    for (; i + 64 <= V; i += 64) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < 64; j += 16) {
+            const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vtop), vinv);
+            acc = add_halves(acc, exp16(d));
+        }
+        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
+        double lanes[4];
+        _mm256_storeu_pd(lanes, wide);
+        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    }
+    for (; i < V; i++) total += exp(((double)x[i] - (double)top) * inv_t);
+    return (double)top * inv_t + log(total);
+}
+
+/* softmax_row's exps on AVX-512F (the same bits); the scaling pass is softmax_row's own. */
+__attribute__((target("avx512f,avx2,fma"))) static double softmax_exps16(float *x, int64_t V,
+                                                                        float top, double inv_t)
+{
+    const __m512 vtop = _mm512_set1_ps(top), vinv = _mm512_set1_ps((float)inv_t);
+    double total = 0.0;
+    int64_t i = 0;
+    for (; i + 64 <= V; i += 64) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < 64; j += 16) {
+            const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vtop), vinv);
+            const __m512 e = exp16(d);
+            _mm512_storeu_ps(x + i + j, e);
+            acc = add_halves(acc, e);
+        }
+        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
+        double lanes[4];
+        _mm256_storeu_pd(lanes, wide);
+        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    }
+    for (; i < V; i++) {
+        x[i] = (float)exp(((double)x[i] - (double)top) * inv_t);
+        total += x[i];
+    }
+    return total;
+}
+
 /* log sum_i exp(x_i * inv_t) of one row of V floats whose max is top: top * inv_t +
  * log sum exp((x_i - top) * inv_t), summed 64 at a time in float32, the blocks in double */
 __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x, int64_t V,
@@ -1103,11 +1184,15 @@ __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x,
  * 1 / inv_t whose row max is top), the exps written in one pass, then scaled. bmax (or NULL):
  * the max of every 64 probabilities as written, ceil(V / 64) floats. */
 __attribute__((target("avx2,fma"))) static void softmax_row(float *x, int64_t V, float top,
-                                                           double inv_t, float *bmax)
+                                                           double inv_t, float *bmax, int wide)
 {
     const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
     double total = 0.0;
     int64_t i = 0;
+    if (wide) { /* AVX-512F: the same exps and sums, 16 floats a step */
+        total = softmax_exps16(x, V, top, inv_t);
+        i = V;
+    }
     for (; i + 64 <= V; i += 64) {
         __m256 acc = _mm256_setzero_ps();
         for (int j = 0; j < 64; j += 8) {
@@ -1122,7 +1207,7 @@ __attribute__((target("avx2,fma"))) static void softmax_row(float *x, int64_t V,
         _mm256_storeu_pd(lanes, wide);
         total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
     }
-    for (; i < V; i++) {
+    for (; i < V && !wide; i++) {
         x[i] = (float)exp(((double)x[i] - (double)top) * inv_t);
         total += x[i];
     }
@@ -1159,6 +1244,16 @@ static int cpu_has_avx512(void)
 {
     __builtin_cpu_init();
     return cpu_ok() && __builtin_cpu_supports("avx512f");
+}
+
+/* Whether the row kernels (softmax, log normalisers) take their AVX-512 loops: the CPU has
+ * AVX-512F and SPECCTL_AVX512 is not "0" (skinny.py's switch, read per call: tests flip it). */
+static int rows_avx512(void)
+{
+    static int has = -1;
+    if (has < 0) has = cpu_has_avx512();
+    const char *env = getenv("SPECCTL_AVX512");
+    return has && !(env && strcmp(env, "0") == 0);
 }
 
 /* The k largest of a stream of (value, index) pairs: a min-heap of at most k, its smallest
@@ -1442,11 +1537,13 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
     const float *maxima = (const float *)(intptr_t)v[5];
     double *out = (double *)(intptr_t)v[7];
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
+    const int wide = rows_avx512();
     Py_BEGIN_ALLOW_THREADS
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * ld;
         const float top = maxima ? max_of(maxima + r * ldm, nb) : max_of(row, V);
-        out[r] = log_normalizer(row, V, top, inv_t[r]);
+        out[r] = wide ? log_normalizer16(row, V, top, inv_t[r])
+                      : log_normalizer(row, V, top, inv_t[r]);
     }
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
@@ -1474,6 +1571,7 @@ static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize
     int finite = 1;
     float *tops = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
     if (!tops) return PyErr_NoMemory();
+    const int wide = rows_avx512();
     Py_BEGIN_ALLOW_THREADS
     for (int64_t r = 0; r < rows && finite; r++) { /* every row's max first: all or nothing */
         const float top = maxima ? max_of(maxima + r * ldm, nb) : max_of(x + r * ld, V);
@@ -1482,7 +1580,8 @@ static PyObject *softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize
     }
     float *out_maxima = (float *)(intptr_t)v[7];
     for (int64_t r = 0; r < rows && finite; r++) {
-        softmax_row(x + r * ld, V, tops[r], inv_t[r], out_maxima ? out_maxima + r * nb : NULL);
+        softmax_row(x + r * ld, V, tops[r], inv_t[r], out_maxima ? out_maxima + r * nb : NULL,
+                    wide);
     }
     Py_END_ALLOW_THREADS
     free(tops);
