@@ -125,26 +125,30 @@ typedef void (*MicroFn)(const float *, int64_t, const float *, int64_t, float *,
                         const float *, int);
 static const MicroFn MICROS[MR + 1] = {NULL, micro1, micro2, micro3, micro4, micro5, micro6};
 
-/* exp(x) for 8 floats: Cephes' expf (range reduction by ln 2 in two parts, degree-5
- * polynomial), within 2 ulp of expf; inputs clamped to +-88.38 (no inf, no NaN from it). */
+/* exp(x) lane by lane: Cephes' expf (range reduction by ln 2 in two parts, degree-5
+ * polynomial), within 2 ulp of expf; inputs clamped to +-88.38 (no inf, no NaN from it).
+ * One body for both widths (V: _mm256 or _mm512), so that they give the same bits. */
+#define EXP_BODY(V, FLOOR, CAST)                                                            \
+    x = V##_min_ps(V##_max_ps(x, V##_set1_ps(-88.3762626647949f)),                          \
+                   V##_set1_ps(88.3762626647949f));                                         \
+    fx = FLOOR(V##_fmadd_ps(x, V##_set1_ps(1.44269504088896341f), V##_set1_ps(0.5f)));       \
+    x = V##_fnmadd_ps(fx, V##_set1_ps(0.693359375f), x);                                    \
+    x = V##_fnmadd_ps(fx, V##_set1_ps(-2.12194440e-4f), x);                                 \
+    y = V##_set1_ps(1.9875691500e-4f);                                                      \
+    y = V##_fmadd_ps(y, x, V##_set1_ps(1.3981999507e-3f));                                  \
+    y = V##_fmadd_ps(y, x, V##_set1_ps(8.3334519073e-3f));                                  \
+    y = V##_fmadd_ps(y, x, V##_set1_ps(4.1665795894e-2f));                                  \
+    y = V##_fmadd_ps(y, x, V##_set1_ps(1.6666665459e-1f));                                  \
+    y = V##_fmadd_ps(y, x, V##_set1_ps(5.0000001201e-1f));                                  \
+    y = V##_fmadd_ps(y, V##_mul_ps(x, x), V##_add_ps(x, V##_set1_ps(1.0f)));                \
+    return V##_mul_ps(                                                                      \
+        y, CAST(V##_slli_epi32(V##_add_epi32(V##_cvttps_epi32(fx), V##_set1_epi32(127)), 23)));
+
+/* 8 floats (AVX2) */
 __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x)
 {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f)),
-                      _mm256_set1_ps(88.3762626647949f));
-    __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
-    fx = _mm256_floor_ps(fx);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    __m256 fx, y;
+    EXP_BODY(_mm256, _mm256_floor_ps, _mm256_castsi256_ps)
 }
 
 /* silu(g) * u = g / (1 + exp(-g)) * u, 8 floats. */
@@ -153,6 +157,27 @@ __attribute__((target("avx2,fma"))) static inline __m256 swiglu8(__m256 g, __m25
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
+}
+
+/* dst[i][0..width) = silu(gate) * up of the tiles' row i (NR floats a row), i < rows */
+__attribute__((target("avx2,fma"))) static void swiglu_tiles(const float *tile_a,
+                                                            const float *tile_b, int64_t rows,
+                                                            float *dst, int64_t ldy, int64_t width)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        float out[NR];
+        _mm256_storeu_ps(out, swiglu8(_mm256_loadu_ps(tile_a + i * NR),
+                                      _mm256_loadu_ps(tile_b + i * NR)));
+        _mm256_storeu_ps(out + 8, swiglu8(_mm256_loadu_ps(tile_a + i * NR + 8),
+                                          _mm256_loadu_ps(tile_b + i * NR + 8)));
+        memcpy(dst + i * ldy, out, (size_t)width * sizeof(float));
+    }
+}
+
+/* dst[i][0..width) = the tile's row i (NR floats a row): a partial last panel, i < rows */
+static void copy_tile(const float *tile, int64_t rows, float *dst, int64_t ldy, int64_t width)
+{
+    for (int64_t i = 0; i < rows; i++) memcpy(dst + i * ldy, tile + i * NR, (size_t)width * 4);
 }
 
 /* The rows [m0, m0 + rows) times one panel wp, into c (ldc floats a row). */
@@ -347,20 +372,11 @@ __attribute__((target("avx512f,avx2,fma"))) static void wide_block(
         if (job->gated) {
             wide_pair(job, xp, rows, job->w + 2 * p * K * NR, job->w + (2 * p + 1) * K * NR, 1,
                       tile_a, NR, tile_b, NR);
-            for (int64_t i = 0; i < rows; i++) {
-                float out[NR];
-                _mm256_storeu_ps(out, swiglu8(_mm256_loadu_ps(tile_a + i * NR),
-                                              _mm256_loadu_ps(tile_b + i * NR)));
-                _mm256_storeu_ps(out + 8, swiglu8(_mm256_loadu_ps(tile_a + i * NR + 8),
-                                                  _mm256_loadu_ps(tile_b + i * NR + 8)));
-                memcpy(dst + i * job->ldy, out, (size_t)width * sizeof(float));
-            }
+            swiglu_tiles(tile_a, tile_b, rows, dst, job->ldy, width);
         } else if (width < NR) {
             const float *wp = job->w + p * K * NR;
             wide_pair(job, xp, rows, wp, wp, 0, tile_a, NR, tile_a, NR);
-            for (int64_t i = 0; i < rows; i++) {
-                memcpy(dst + i * job->ldy, tile_a + i * NR, (size_t)width * sizeof(float));
-            }
+            copy_tile(tile_a, rows, dst, job->ldy, width);
         } else {
             /* two whole panels where the next one is whole and this thread's, and both fall in
              * one block of the block maxima (a block's maxima are taken once it is complete) */
@@ -395,19 +411,10 @@ __attribute__((target("avx2,fma"))) static void run_block(const Job *job, int64_
         if (job->gated) {
             panel_product(job, job->w + 2 * p * K * NR, m0, rows, tile_a, NR);
             panel_product(job, job->w + (2 * p + 1) * K * NR, m0, rows, tile_b, NR);
-            for (int64_t i = 0; i < rows; i++) {
-                float out[NR];
-                _mm256_storeu_ps(out, swiglu8(_mm256_loadu_ps(tile_a + i * NR),
-                                              _mm256_loadu_ps(tile_b + i * NR)));
-                _mm256_storeu_ps(out + 8, swiglu8(_mm256_loadu_ps(tile_a + i * NR + 8),
-                                                  _mm256_loadu_ps(tile_b + i * NR + 8)));
-                memcpy(dst + i * job->ldy, out, (size_t)width * sizeof(float));
-            }
+            swiglu_tiles(tile_a, tile_b, rows, dst, job->ldy, width);
         } else if (width < NR) {
             panel_product(job, job->w + p * K * NR, m0, rows, tile_a, NR);
-            for (int64_t i = 0; i < rows; i++) {
-                memcpy(dst + i * job->ldy, tile_a + i * NR, (size_t)width * sizeof(float));
-            }
+            copy_tile(tile_a, rows, dst, job->ldy, width);
         } else {
             panel_product(job, job->w + p * K * NR, m0, rows, dst, job->ldy);
         }
@@ -1071,25 +1078,63 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
     return g.value > -INFINITY ? g.token : -1;
 }
 
-/* exp8 on 16 floats (AVX-512F): the same operations lane by lane, so the same bits. */
+/* The tail [i, V) of exp_sum8 / exp_sum16 in double: each exp added as written to out (a
+ * float), or unrounded where out is NULL. */
+static double exp_tail(const float *x, float *out, int64_t i, int64_t V, float top, double inv_t)
+{
+    double total = 0.0;
+    for (; i < V; i++) {
+        const double e = exp(((double)x[i] - (double)top) * inv_t);
+        if (out) {
+            out[i] = (float)e;
+            total += out[i];
+        } else {
+            total += e;
+        }
+    }
+    return total;
+}
+
+/* The 8 float lanes of a block's sum, added in double: (l0 + l1) + (l2 + l3) of the pairs. */
+__attribute__((target("avx2,fma"))) static inline double block_total(__m256 acc)
+{
+    const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
+                                       _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
+    double lanes[4];
+    _mm256_storeu_pd(lanes, wide);
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+/* sum exp((x_i - top) * inv_t) over a row, the exps also written to out (or not, NULL; out
+ * may be x): each block of 64 summed in float32 lanes of 8 (ACC adds a step's exps into
+ * them in lane order), the blocks in double. One body for both widths: the same bits. */
+#define EXP_SUM_BODY(V, T, STEP, EXP, ACC)                                                  \
+    const T vtop = V##_set1_ps(top), vinv = V##_set1_ps((float)inv_t);                      \
+    double total = 0.0;                                                                     \
+    int64_t i = 0;                                                                          \
+    for (; i + 64 <= V_LEN; i += 64) {                                                      \
+        __m256 acc = _mm256_setzero_ps();                                                   \
+        for (int j = 0; j < 64; j += STEP) {                                                \
+            const T e = EXP(V##_mul_ps(V##_sub_ps(V##_loadu_ps(x + i + j), vtop), vinv));   \
+            if (out) V##_storeu_ps(out + i + j, e);                                         \
+            acc = ACC(acc, e);                                                              \
+        }                                                                                   \
+        total += block_total(acc);                                                          \
+    }                                                                                       \
+    return total + exp_tail(x, out, i, V_LEN, top, inv_t);
+
+__attribute__((target("avx2,fma"))) static double exp_sum8(const float *x, float *out,
+                                                          int64_t V_LEN, float top, double inv_t)
+{
+    EXP_SUM_BODY(_mm256, __m256, 8, exp8, _mm256_add_ps)
+}
+
+/* 16 floats (AVX-512F): exp8's body, the same bits lane by lane */
+#define FLOOR16(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 __attribute__((target("avx512f,avx2,fma"))) static inline __m512 exp16(__m512 x)
 {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.3762626647949f)),
-                      _mm512_set1_ps(88.3762626647949f));
-    __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
-    fx = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(
-        _mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    __m512 fx, y;
+    EXP_BODY(_mm512, FLOOR16, _mm512_castsi512_ps)
 }
 
 /* acc (8 lanes) + the low 8 of v, then + the high 8: the AVX2 loops' order of additions */
@@ -1099,84 +1144,24 @@ __attribute__((target("avx512f,avx2,fma"))) static inline __m256 add_halves(__m2
     return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
-/* log_normalizer on AVX-512F: the same exps and the same sums in the same order (the same
- * bits), 16 floats a step. */
-__attribute__((target("avx512f,avx2,fma"))) static double log_normalizer16(const float *x,
-                                                                          int64_t V, float top,
-                                                                          double inv_t)
+/* exp_sum8 on AVX-512F, 16 floats a step: the same exps and sums in the same order */
+__attribute__((target("avx512f,avx2,fma"))) static double exp_sum16(const float *x, float *out,
+                                                                   int64_t V_LEN, float top,
+                                                                   double inv_t)
 {
-    if (top != top || top == INFINITY) return top != top ? NAN : INFINITY;
-    if (top == -INFINITY) return -INFINITY;
-    const __m512 vtop = _mm512_set1_ps(top), vinv = _mm512_set1_ps((float)inv_t);
-    double total = 0.0;
-    int64_t i = 0;
-    for (; i + 64 <= V; i += 64) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < 64; j += 16) {
-            const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vtop), vinv);
-            acc = add_halves(acc, exp16(d));
-        }
-        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
-                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
-        double lanes[4];
-        _mm256_storeu_pd(lanes, wide);
-        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    }
-    for (; i < V; i++) total += exp(((double)x[i] - (double)top) * inv_t);
-    return (double)top * inv_t + log(total);
-}
-
-/* softmax_row's exps on AVX-512F (the same bits); the scaling pass is softmax_row's own. */
-__attribute__((target("avx512f,avx2,fma"))) static double softmax_exps16(float *x, int64_t V,
-                                                                        float top, double inv_t)
-{
-    const __m512 vtop = _mm512_set1_ps(top), vinv = _mm512_set1_ps((float)inv_t);
-    double total = 0.0;
-    int64_t i = 0;
-    for (; i + 64 <= V; i += 64) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < 64; j += 16) {
-            const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vtop), vinv);
-            const __m512 e = exp16(d);
-            _mm512_storeu_ps(x + i + j, e);
-            acc = add_halves(acc, e);
-        }
-        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
-                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
-        double lanes[4];
-        _mm256_storeu_pd(lanes, wide);
-        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    }
-    for (; i < V; i++) {
-        x[i] = (float)exp(((double)x[i] - (double)top) * inv_t);
-        total += x[i];
-    }
-    return total;
+    EXP_SUM_BODY(_mm512, __m512, 16, exp16, add_halves)
 }
 
 /* log sum_i exp(x_i * inv_t) of one row of V floats whose max is top: top * inv_t +
  * log sum exp((x_i - top) * inv_t), summed 64 at a time in float32, the blocks in double */
 __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x, int64_t V,
-                                                                float top, double inv_t)
+                                                                float top, double inv_t,
+                                                                int wide)
 {
     if (top != top || top == INFINITY) return top != top ? NAN : INFINITY;
     if (top == -INFINITY) return -INFINITY;
-    const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
-    double total = 0.0;
-    int64_t i = 0;
-    for (; i + 64 <= V; i += 64) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < 64; j += 8) {
-            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vtop), vinv);
-            acc = _mm256_add_ps(acc, exp8(d));
-        }
-        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
-                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
-        double lanes[4];
-        _mm256_storeu_pd(lanes, wide);
-        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    }
-    for (; i < V; i++) total += exp(((double)x[i] - (double)top) * inv_t);
+    const double total =
+        wide ? exp_sum16(x, NULL, V, top, inv_t) : exp_sum8(x, NULL, V, top, inv_t);
     return (double)top * inv_t + log(total);
 }
 
@@ -1186,31 +1171,9 @@ __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x,
 __attribute__((target("avx2,fma"))) static void softmax_row(float *x, int64_t V, float top,
                                                            double inv_t, float *bmax, int wide)
 {
-    const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
-    double total = 0.0;
-    int64_t i = 0;
-    if (wide) { /* AVX-512F: the same exps and sums, 16 floats a step */
-        total = softmax_exps16(x, V, top, inv_t);
-        i = V;
-    }
-    for (; i + 64 <= V; i += 64) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < 64; j += 8) {
-            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vtop), vinv);
-            const __m256 e = exp8(d);
-            _mm256_storeu_ps(x + i + j, e);
-            acc = _mm256_add_ps(acc, e);
-        }
-        const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc)),
-                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
-        double lanes[4];
-        _mm256_storeu_pd(lanes, wide);
-        total += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    }
-    for (; i < V && !wide; i++) {
-        x[i] = (float)exp(((double)x[i] - (double)top) * inv_t);
-        total += x[i];
-    }
+    /* the exps in place, and their sum (AVX-512F: the same bits 16 floats a step) */
+    const double total = wide ? exp_sum16(x, x, V, top, inv_t) : exp_sum8(x, x, V, top, inv_t);
+    int64_t i;
     const __m256 scale = _mm256_set1_ps((float)(1.0 / total));
     for (i = 0; i + 64 <= V; i += 64) { /* a block of 64 at a time, its max on the way */
         __m256 top8 = _mm256_setzero_ps();
@@ -1542,8 +1505,7 @@ static PyObject *log_normalizers(PyObject *self, PyObject *const *args, Py_ssize
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * ld;
         const float top = maxima ? max_of(maxima + r * ldm, nb) : max_of(row, V);
-        out[r] = wide ? log_normalizer16(row, V, top, inv_t[r])
-                      : log_normalizer(row, V, top, inv_t[r]);
+        out[r] = log_normalizer(row, V, top, inv_t[r], wide);
     }
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
