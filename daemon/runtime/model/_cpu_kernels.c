@@ -1205,18 +1205,20 @@ static int cpu_ok(void)
 
 static int cpu_has_avx512(void)
 {
-    __builtin_cpu_init();
-    return cpu_ok() && __builtin_cpu_supports("avx512f");
+    static int has = -1; /* asked once: a call's dispatch must not cost a CPUID */
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = cpu_ok() && __builtin_cpu_supports("avx512f");
+    }
+    return has;
 }
 
 /* Whether the row kernels (softmax, log normalisers) take their AVX-512 loops: the CPU has
  * AVX-512F and SPECCTL_AVX512 is not "0" (skinny.py's switch, read per call: tests flip it). */
 static int rows_avx512(void)
 {
-    static int has = -1;
-    if (has < 0) has = cpu_has_avx512();
     const char *env = getenv("SPECCTL_AVX512");
-    return has && !(env && strcmp(env, "0") == 0);
+    return cpu_has_avx512() && !(env && strcmp(env, "0") == 0);
 }
 
 /* The k largest of a stream of (value, index) pairs: a min-heap of at most k, its smallest
@@ -1345,8 +1347,6 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long v[12];
     if (!int_args(args, nargs, 12, 12, "gemm", v)) return NULL;
 #ifdef NATIVE_X86
-    static int has_avx512 = -1;
-    if (has_avx512 < 0) has_avx512 = cpu_has_avx512();
     const int64_t n = v[6], panels = (n + NR - 1) / NR;
     int threads = (int)v[8];
     if (threads < 1) threads = 1;
@@ -1365,7 +1365,7 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             .p0 = p0, .p1 = p1 < panels ? p1 : panels,
             .gated = v[9] != 0,
             .bmax = (float *)(intptr_t)v[10],
-            .wide_min = has_avx512 && v[11] > 0 ? v[11] : 0,
+            .wide_min = cpu_has_avx512() && v[11] > 0 ? v[11] : 0,
         };
     }
     int failed = 0;
