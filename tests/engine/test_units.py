@@ -111,6 +111,80 @@ def test_adaptive_turns_speculation_off_when_it_does_not_pay() -> None:
     assert ctl.choose(ests, [8] * 32) == [0] * 32
 
 
+def _explorations(ctl: SpeculationController, ests: list[AcceptanceEstimate], rounds: int) -> int:
+    """How many of `rounds` choices were exploratory (K = 1 from plain decoding)."""
+    chosen = [ctl.choose(ests, [8] * len(ests)) for _ in range(rounds)]
+    assert all(set(ks) <= {0, 1} for ks in chosen)
+    return sum(1 for ks in chosen if ks[0] == 1)
+
+
+def _plain_winning(
+    draft_step_s: float, overhead_k1_s: float
+) -> tuple[SpeculationController, list[AcceptanceEstimate]]:
+    """Batch 16, a plain round 3.2 ms (verify 1.6, the rest 1.6); a K = 1 round's draft and
+    rest as given, its verify 1.6; longer passes dear; every sequence's first draft accepted
+    half the time."""
+    ctl = _costed(draft_step_s, {1: 0.0016, 2: 0.0016, 9: 0.050}, batch=16)
+    ctl.costs.record_overhead(16, 0, 0.0016)
+    ctl.costs.record_overhead(16, 1, overhead_k1_s)
+    ests = [ctl.new_estimate() for _ in range(16)]
+    for i in range(40):
+        for est in ests:
+            ctl.observe(est, 1, i % 2)
+    return ctl, ests
+
+
+def _exploration_loss(ctl: SpeculationController, ests: list[AcceptanceEstimate]) -> float:
+    """A K = 1 round's predicted cost beyond plain decoding's price of its expected tokens;
+    plain decoding must be the choice."""
+    assert ctl.choose(ests, [8] * 16) == [0] * 16
+    costs = ctl.costs.round_costs(16, 1)
+    assert costs is not None and ctl._last_choice is not None
+    tokens = ctl._last_choice[0]
+    assert 23.0 < tokens[1] < 25.0  # 16 sequences, each 1 + ~0.5
+    return costs[1] - tokens[1] * costs[0] / 16
+
+
+def test_exploration_is_rare_where_a_speculative_round_is_dear() -> None:
+    """The H200's sampled rounds: K = 1 costs ~13 ms against 3.2 for plain. Exploring every
+    16 rounds lost 25% of plain decoding's rate; the budget keeps the predicted loss within
+    2% of the plain rounds' time."""
+    ctl, ests = _plain_winning(0.005, 0.0066)
+    loss = _exploration_loss(ctl, ests)
+    assert loss > 0.008  # ~8.4 ms beyond what plain decoding pays for its tokens
+    rounds = 2000
+    explored = _explorations(ctl, ests, rounds)
+    assert 1 <= explored <= 1 + rounds * 0.02 * 0.0032 / loss  # ~16, not 2000 / 17
+    assert explored >= rounds * 0.02 * 0.0032 / loss - 1
+
+
+def test_exploration_keeps_its_pace_where_a_speculative_round_is_cheap() -> None:
+    """A K = 1 round that costs what plain decoding pays for its tokens (a CPU at a
+    break-even, inside the 3% margin): one every 16 rounds, as before."""
+    ctl, ests = _plain_winning(0.0008, 0.0024)
+    assert abs(_exploration_loss(ctl, ests)) < 0.0005
+    assert _explorations(ctl, ests, 16 * 20) == 20  # after one plain choice above
+
+
+def test_a_kept_plain_choice_follows_the_batch_and_its_observations() -> None:
+    """Plain rounds of one batch keep the choice without recomputing it; a different batch,
+    or drafts observed, make it again."""
+    ctl, ests = _plain_winning(0.0008, 0.0024)
+    assert ctl.choose(ests, [8] * 16) == [0] * 16
+    assert ctl._plain_batch is not None  # kept for this batch
+    keen = [_trained(ctl, 8) for _ in range(16)]  # every draft accepted: speculation pays
+    assert min(ctl.choose(keen, [8] * 16)) >= 1  # another batch: chosen afresh
+    assert ctl._plain_batch is None and ctl._rounds_without_spec == 0  # not an exploration
+    ctl, ests = _plain_winning(0.0008, 0.0024)
+    assert ctl.choose(ests, [8] * 16) == [0] * 16
+    for est in ests:  # the same batch, whose drafts now all pass
+        for _ in range(60):
+            ctl.observe(est, 8, 8)
+    assert ctl._plain_batch is None
+    assert min(ctl.choose(ests, [8] * 16)) >= 1
+    assert ctl._rounds_without_spec == 0
+
+
 def test_adaptive_explores_unmeasured_plain_decoding_first() -> None:
     ctl = SpeculationController(ControllerConfig(max_k=4, adaptive=True))
     est = ctl.new_estimate()

@@ -31,6 +31,13 @@ Without that bound the cost probes measured every length up to the ceiling, thre
 batch size: on the wide target at 16 sequences a pass of 7 tokens costs 5.6x a pass of 1,
 and a probe there loses about three plain rounds' worth of tokens for a length that could
 never pay.
+From plain decoding the probe is an exploratory round at K = 1, at most every EXPLORE_EVERY
+rounds, and no more often than keeps its predicted loss (the round's cost minus the time plain
+decoding takes to emit the tokens it is expected to) within EXPLORE_BUDGET of the time spent in
+plain rounds since the last one. Where a speculative round costs many plain rounds (sampled
+requests on an H200, whose draft steps are host-bound: a K = 1 round at 16 sequences took 15
+ms against 3.2 for a plain one), one every 16 rounds made adaptive 0.75x plain decoding; where
+it costs little (a CPU), the rule changes nothing.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -38,6 +45,7 @@ pseudo-round only: at 8 (as a sequence's) a short run's deep positions stayed pu
 0.6 where prose accepts ~0.9 there, and the controller drafted 5 where 6 paid.
 """
 
+import math
 from dataclasses import dataclass, field
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs
@@ -49,7 +57,9 @@ SEQUENCE_DECAY = 0.95  # weight kept by a sequence's old observations at each of
 GLOBAL_DECAY = 0.998  # the same for the engine-wide estimate, updated by every sequence
 INITIAL_ALPHA = 0.6  # before anything is measured: optimistic enough to try speculation
 MIN_ACCEPT_PROB = 0.02  # a sequence stops drafting at positions less likely than this
-EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
+EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds, at least
+EXPLORE_BUDGET = 0.02  # their predicted loss, as a share of the time in plain rounds between
+MAX_EXPLORE_EVERY = 512  # ... but never more rounds than this apart (a loss mispredicted)
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
 MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
 SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
@@ -77,6 +87,13 @@ class SpeculationController:
     # the last choice's expected tokens for each k and the rate it chose (None: it had no
     # costs to compare): a cost probe is worth a length only if it could beat that rate
     _last_choice: tuple[list[float], float] | None = None
+    # plain rounds an exploratory round must wait for (EXPLORE_EVERY unless it costs more)
+    _explore_every: int = EXPLORE_EVERY
+    # the estimates of a batch for which plain decoding was chosen with every cost known:
+    # until its next exploratory round nothing that choice rests on is observed (no drafts,
+    # so no estimate moves), and the same batch keeps it without recomputing it (at 16
+    # sequences the choice took ~0.24 ms of Python a round, 8% of a plain GPU round)
+    _plain_batch: list[AcceptanceEstimate] | None = None
 
     def __post_init__(self) -> None:
         self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
@@ -88,22 +105,40 @@ class SpeculationController:
         """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate)."""
         if not self.config.adaptive:
             return [min(self.config.fixed_k, limit) for limit in limits]
+        if self._keeps_plain(estimates, limits):
+            self._rounds_without_spec += 1
+            return [0] * len(estimates)
+        self._plain_batch = None
         prior = self._prior()
         probs = [accept_probs(e.alphas(prior, PRIOR_WEIGHT)) for e in estimates]
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
         best_k = self._best_k(probs, caps)
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
+        if k == 0 and self._last_choice is not None:
+            self._plain_batch = list(estimates)
         if k > best_k:  # a probe: past where the estimates stop drafting too (else it never
             # learns that a position got better), within the limits
             return [min(k, limit) for limit in limits]
         return [min(k, cap) for cap in caps]
+
+    def _keeps_plain(self, estimates: list[AcceptanceEstimate], limits: list[int]) -> bool:
+        """Whether this round is another plain round of the batch that last chose plain
+        decoding (the same estimates, in order), short of its next exploratory round."""
+        kept = self._plain_batch
+        return (
+            kept is not None
+            and len(kept) == len(estimates)
+            and self._rounds_without_spec + 1 < self._explore_every
+            and max(limits, default=0) > 0
+            and all(a is b for a, b in zip(kept, estimates, strict=True))
+        )
 
     def _explore(self, best_k: int, max_k: int, batch: int, max_cap: int) -> int:
         """Now and then one position further than the estimates say, to keep them current;
         every other time, a length whose verify cost is not measured yet (if any)."""
         if best_k == 0 and max_k > 0:
             self._rounds_without_spec += 1
-            if self._rounds_without_spec >= EXPLORE_EVERY:
+            if self._rounds_without_spec >= self._explore_every:
                 self._rounds_without_spec = 0
                 return 1
             return 0
@@ -135,6 +170,8 @@ class SpeculationController:
         return min(candidates, key=lambda k: (abs(k - best_k), k), default=None)
 
     def observe(self, estimate: AcceptanceEstimate, num_drafted: int, num_accepted: int) -> None:
+        if num_drafted:  # the estimates move: a kept plain choice is made again
+            self._plain_batch = None
         estimate.update(num_drafted, num_accepted)
         self.global_estimate.update(num_drafted, num_accepted)
 
@@ -145,6 +182,7 @@ class SpeculationController:
     def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
         batch = len(probs)
         self._last_choice = None
+        self._explore_every = EXPLORE_EVERY
         if not self.costs.has_any_verify:  # nothing measured yet: speculate, and measure that
             return max(caps, default=0)
         if not self.costs.knows_plain_cost(batch):  # plain decoding never measured: measure it
@@ -161,6 +199,7 @@ class SpeculationController:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         self._last_choice = (tokens, best_rate)
+        self._explore_every = _exploration_interval(tokens, costs, batch)
         return best_k
 
     def could_win(self, batch: int, max_k: int) -> set[int] | None:
@@ -173,6 +212,18 @@ class SpeculationController:
         max_k = min(max_k, len(tokens) - 1)
         floors = self.costs.round_cost_floors(batch, max_k)
         return {k for k in range(1, max_k + 1) if tokens[k] / max(floors[k], 1e-9) > best_rate}
+
+
+def _exploration_interval(tokens: list[float], costs: list[float], batch: int) -> int:
+    """Plain rounds between two exploratory rounds at K = 1: EXPLORE_EVERY, or as many as
+    keep the exploratory round's predicted loss, costs[1] - tokens[1] * costs[0] / batch (its
+    cost beyond what plain decoding pays for the same tokens), within EXPLORE_BUDGET of the
+    plain rounds' time; at most MAX_EXPLORE_EVERY."""
+    if len(costs) < 2 or costs[0] <= 0.0 or batch <= 0:
+        return EXPLORE_EVERY
+    loss = costs[1] - tokens[1] * costs[0] / batch
+    needed = math.ceil(loss / (EXPLORE_BUDGET * costs[0])) if loss > 0.0 else 0
+    return min(MAX_EXPLORE_EVERY, max(EXPLORE_EVERY, needed))
 
 
 def _expected_tokens_by_k(probs: list[list[float]], caps: list[int], max_k: int) -> list[float]:
