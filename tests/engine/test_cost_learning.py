@@ -8,28 +8,42 @@ from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.helpers import make_engine
 
 
-def test_draft_cost_is_not_learned_from_a_round_that_catches_the_drafter_up(
+def test_draft_cost_is_learned_from_steady_rounds_and_cheaper_catch_ups(
     target_dir: Path, draft_dir: Path, prompts: list[list[int]]
 ) -> None:
-    """After plain rounds the drafter first feeds what they committed: that round's drafting
-    costs more than drafting does, so the cost model does not learn from it."""
+    """The engine's first drafting round pays one-time costs: not learned. After plain rounds
+    the drafter first feeds what they committed: that round costs more than drafting does, so
+    the cost model learns it only where it costs less than the model's price (an upper
+    bound that corrects an over-estimate)."""
     engine = make_engine(target_dir, draft_dir, k=2, batch=2)
-    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
     for i, prompt in enumerate(prompts[:2]):
         engine.add_request(Request(f"r{i}", prompt, params))
-    samples = engine.controller.costs.draft_samples
+    costs = engine.controller.costs
+    samples = costs.draft_samples
 
     def learned() -> int:
         return len(samples.get(2, ()))
 
-    engine.step()  # admits (the drafter is prefilled with the prompts) and drafts
+    def catch_up() -> None:
+        engine.controller.config.fixed_k = 0
+        for _ in range(4):
+            engine.step()
+        engine.controller.config.fixed_k = 2
+        engine.step()  # feeds the drafter the plain rounds' tokens, then drafts
+
+    engine.step()  # admits (the drafter is prefilled with the prompts) and drafts: the first
+    assert learned() == 0
+    engine.step()
     engine.step()
     assert learned() == 2
-    engine.controller.config.fixed_k = 0
-    for _ in range(4):
-        engine.step()
-    engine.controller.config.fixed_k = 2
-    engine.step()  # feeds the drafter the plain rounds' tokens, then drafts
-    assert learned() == 2
+    samples[2].clear()
+    costs.record_draft(2, 2, 1e-9)  # a price below any real round's
+    catch_up()
+    assert learned() == 1  # a catch-up dearer than the price: not learned
     engine.step()
-    assert learned() == 3
+    assert learned() == 2  # the steady round after it is
+    samples[2].clear()
+    costs.record_draft(2, 2, 10.0)  # a price far above any real round's
+    catch_up()
+    assert learned() == 2 and samples[2][-1][1] < 10.0  # learned: it corrects the price
