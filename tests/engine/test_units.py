@@ -185,6 +185,19 @@ def test_a_kept_plain_choice_follows_the_batch_and_its_observations() -> None:
     assert ctl._rounds_without_spec == 0
 
 
+def test_a_kept_plain_choice_ends_where_plain_rounds_got_dear_enough_to_lose() -> None:
+    """Plain rounds measured slower, past the price at which the best speculative length
+    would have won: the choice is made again (at once, not at the next exploration)."""
+    ctl, ests = _plain_winning(0.0008, 0.0024)
+    assert ctl.choose(ests, [8] * 16) == [0] * 16
+    assert ctl._plain_batch is not None and 0.0032 < ctl._plain_flip_cost < 0.004
+    assert ctl.choose(ests, [8] * 16) == [0] * 16  # kept
+    for _ in range(40):  # plain passes twice as slow
+        ctl.costs.record_verify(16, 1, 0.0048)
+    assert min(ctl.choose(ests, [8] * 16)) >= 1
+    assert ctl._rounds_without_spec == 0  # chosen, not explored
+
+
 def test_adaptive_explores_unmeasured_plain_decoding_first() -> None:
     ctl = SpeculationController(ControllerConfig(max_k=4, adaptive=True))
     est = ctl.new_estimate()

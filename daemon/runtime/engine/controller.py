@@ -87,13 +87,16 @@ class SpeculationController:
     # the last choice's expected tokens for each k and the rate it chose (None: it had no
     # costs to compare): a cost probe is worth a length only if it could beat that rate
     _last_choice: tuple[list[float], float] | None = None
+    _last_costs: list[float] = field(default_factory=list)  # its round costs, k = 0..
     # plain rounds an exploratory round must wait for (EXPLORE_EVERY unless it costs more)
     _explore_every: int = EXPLORE_EVERY
     # the estimates of a batch for which plain decoding was chosen with every cost known:
-    # until its next exploratory round nothing that choice rests on is observed (no drafts,
-    # so no estimate moves), and the same batch keeps it without recomputing it (at 16
-    # sequences the choice took ~0.24 ms of Python a round, 8% of a plain GPU round)
+    # until its next exploratory round no estimate moves (no drafts), and the same batch
+    # keeps the choice without recomputing it (at 16 sequences the choice took ~0.24 ms of
+    # Python a round, 8% of a plain GPU round) while a plain round's price stays at or below
+    # _plain_flip_cost, the price at which the best speculative rate would have won
     _plain_batch: list[AcceptanceEstimate] | None = None
+    _plain_flip_cost: float = 0.0
 
     def __post_init__(self) -> None:
         self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
@@ -116,14 +119,25 @@ class SpeculationController:
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
         if k == 0 and self._last_choice is not None:
             self._plain_batch = list(estimates)
+            self._plain_flip_cost = self._flip_cost(len(estimates))
         if k > best_k:  # a probe: past where the estimates stop drafting too (else it never
             # learns that a position got better), within the limits
             return [min(k, limit) for limit in limits]
         return [min(k, cap) for cap in caps]
 
+    def _flip_cost(self, batch: int) -> float:
+        """The plain round's price above which the last choice's best speculative rate would
+        beat plain decoding by the margin (inf: no speculative length was priced)."""
+        assert self._last_choice is not None
+        tokens, costs = self._last_choice[0], self._last_costs
+        rates = [tokens[k] / max(costs[k], 1e-9) for k in range(1, len(costs))]
+        best = max(rates, default=0.0)
+        return (1.0 + SPECULATION_MARGIN) * batch / best if best > 0.0 else math.inf
+
     def _keeps_plain(self, estimates: list[AcceptanceEstimate], limits: list[int]) -> bool:
         """Whether this round is another plain round of the batch that last chose plain
-        decoding (the same estimates, in order), short of its next exploratory round."""
+        decoding (the same estimates, in order), short of its next exploratory round, with
+        plain rounds still priced where that choice stands."""
         kept = self._plain_batch
         return (
             kept is not None
@@ -131,6 +145,7 @@ class SpeculationController:
             and self._rounds_without_spec + 1 < self._explore_every
             and max(limits, default=0) > 0
             and all(a is b for a, b in zip(kept, estimates, strict=True))
+            and (self.costs.round_cost(len(estimates), 0) or 0.0) <= self._plain_flip_cost
         )
 
     def _explore(self, best_k: int, max_k: int, batch: int, max_cap: int) -> int:
@@ -199,6 +214,7 @@ class SpeculationController:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         self._last_choice = (tokens, best_rate)
+        self._last_costs = costs
         self._explore_every = _exploration_interval(tokens, costs, batch)
         return best_k
 

@@ -24,6 +24,9 @@ from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals, Proposer, ProposeRequest, empty_proposals
 from daemon.runtime.sampling import block_maxima
 
+# a round that first fed the drafter is learned below this share of the drafting price
+CATCH_UP_LEARNED = 0.5
+
 logger = logging.getLogger(__name__)
 
 Detokenize = Callable[[list[int]], str]
@@ -301,12 +304,14 @@ class SpecEngine:
           * a round that first fed the drafter what plain rounds committed costs more than
             drafting does: learning from it priced every step as a catch-up (on an H200 1.8 ms
             against 0.47), and plain decoding then always looked better. Its time is still an
-            upper bound on drafting's, so it is learned where it is below the model's price
-            for those steps (the rounds after plain ones are then the ones that correct it)."""
+            upper bound on drafting's, so it is learned where it is below half the model's
+            price for those steps: a price that far off is corrected by the rounds after
+            plain ones, and the lucky half of catch-ups that cost about the price does not
+            bias it low (learning every one below the price would)."""
         first = not self._drafted
         self._drafted = True
         costs = self.controller.costs
-        if first or not (caught_up or seconds < costs.draft_cost(batch, k)):
+        if first or not (caught_up or seconds < CATCH_UP_LEARNED * costs.draft_cost(batch, k)):
             return
         costs.record_draft(batch, k, seconds)
 
