@@ -84,10 +84,10 @@ class SpeculationController:
     _rounds_without_spec: int = 0
     _rounds_since_probe: int = 0
     _cost_probe_next: bool = False  # probes alternate: acceptance (K + 1), then cost
-    # the last choice's expected tokens for each k and the rate it chose (None: it had no
-    # costs to compare): a cost probe is worth a length only if it could beat that rate
-    _last_choice: tuple[list[float], float] | None = None
-    _last_costs: list[float] = field(default_factory=list)  # its round costs, k = 0..
+    # the last choice's expected tokens for each k, the rate it chose and its round costs
+    # (k = 0..; None: it had no costs to compare): a cost probe is worth a length only if it
+    # could beat that rate
+    _last_choice: tuple[list[float], float, list[float]] | None = None
     # plain rounds an exploratory round must wait for (EXPLORE_EVERY unless it costs more)
     _explore_every: int = EXPLORE_EVERY
     # the estimates of a batch for which plain decoding was chosen with every cost known:
@@ -129,7 +129,7 @@ class SpeculationController:
         """The plain round's price above which the last choice's best speculative rate would
         beat plain decoding by the margin (inf: no speculative length was priced)."""
         assert self._last_choice is not None
-        tokens, costs = self._last_choice[0], self._last_costs
+        tokens, _, costs = self._last_choice
         rates = [tokens[k] / max(costs[k], 1e-9) for k in range(1, len(costs))]
         best = max(rates, default=0.0)
         return (1.0 + SPECULATION_MARGIN) * batch / best if best > 0.0 else math.inf
@@ -213,8 +213,7 @@ class SpeculationController:
             rate = tokens[k] / max(costs[k], 1e-9)
             if rate > best_rate:
                 best_k, best_rate = k, rate
-        self._last_choice = (tokens, best_rate)
-        self._last_costs = costs
+        self._last_choice = (tokens, best_rate, costs)
         self._explore_every = _exploration_interval(tokens, costs, batch)
         return best_k
 
@@ -224,7 +223,7 @@ class SpeculationController:
         (None: the last choice had no costs to compare)."""
         if self._last_choice is None:
             return None
-        tokens, best_rate = self._last_choice
+        tokens, best_rate, _ = self._last_choice
         max_k = min(max_k, len(tokens) - 1)
         floors = self.costs.round_cost_floors(batch, max_k)
         return {k for k in range(1, max_k + 1) if tokens[k] / max(floors[k], 1e-9) > best_rate}
