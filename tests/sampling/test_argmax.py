@@ -1,9 +1,21 @@
-"""The chunked CPU argmax gives torch.argmax's answer: first maximum, NaN as the maximum."""
+"""The CPU argmax (one C call, or torch's chunked passes where the kernels do not run) gives
+torch.argmax's answer: first maximum, NaN as the maximum."""
 
 import pytest
 import torch
 
+from daemon.runtime.model import native
 from daemon.runtime.sampling.argmax import CHUNK, MIN_VOCAB, argmax_last
+
+
+@pytest.fixture(params=["native", "torch"], autouse=True)
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test on both paths: the C kernel and torch's chunked passes."""
+    if request.param == "native" and native.kernels() is None:
+        pytest.skip("the native kernels are not built or do not run on this CPU")
+    if request.param == "torch":
+        monkeypatch.setenv(native.DISABLE_ENV, "0")
+    return str(request.param)
 
 
 @pytest.mark.parametrize("vocab", [MIN_VOCAB, 151_936, 32_000, 5 * CHUNK + 1, 100])

@@ -59,7 +59,7 @@
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 12 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 13 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -1485,6 +1485,64 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
 #endif
 }
 
+#ifdef NATIVE_X86
+/* The first index in x[0..n) holding `top` (NaN: the first NaN); n when none does. */
+__attribute__((target("avx2,fma"))) static int64_t first_at(const float *x, int64_t n, float top)
+{
+    const int want_nan = top != top;
+    const __m256 t8 = _mm256_set1_ps(top);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 v = _mm256_loadu_ps(x + j);
+        const __m256 hit = want_nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q)
+                                    : _mm256_cmp_ps(v, t8, _CMP_EQ_OQ);
+        const int mask = _mm256_movemask_ps(hit);
+        if (mask) return j + __builtin_ctz((unsigned)mask);
+    }
+    for (; j < n; j++) {
+        if (want_nan ? x[j] != x[j] : x[j] == top) return j;
+    }
+    return n;
+}
+#endif
+
+/* argmax_rows(x_ptr, ld, rows, V, maxima_ptr, ldm, out_ptr): per row r of float32 x (ld floats
+ * apart), out[r] = torch.argmax's index: the first maximum, or the first NaN where the row
+ * holds one. maxima_ptr 0: two reads of the row (its max, then where it first is); else the
+ * row's float32 block maxima of 64 (NaN where a block holds one), row r at maxima + r * ldm:
+ * the first block holding the max is the only part of the row read. */
+static PyObject *argmax_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[7];
+    if (!int_args(args, nargs, 7, 7, "argmax_rows", v)) return NULL;
+#ifdef NATIVE_X86
+    const float *x = (const float *)(intptr_t)v[0];
+    const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[5];
+    const float *maxima = (const float *)(intptr_t)v[4];
+    int64_t *out = (int64_t *)(intptr_t)v[6];
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * ld;
+        if (!maxima) {
+            out[r] = first_at(row, V, max_of(row, V));
+            continue;
+        }
+        const float *m = maxima + r * ldm;
+        const int64_t b = first_at(m, nb, max_of(m, nb));
+        const int64_t width = b < nb - 1 ? G_BLOCK : V - b * G_BLOCK;
+        const float *block = row + b * G_BLOCK;
+        /* the block's own max: m[b] is it, unless the maxima were taken for other values
+         * (never: block_maxima.py keeps them in step with the logits) */
+        out[r] = b * G_BLOCK + first_at(block, width, max_of(block, width));
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+#else
+    return not_built("argmax_rows");
+#endif
+}
+
 /* log_normalizers(x_ptr, ld, rows, V, inv_temps_ptr, maxima_ptr, ldm, out_ptr): per row r
  * of float32 x (ld floats apart), out[r] = log sum_i exp(x[r, i] * inv_temps[r]) (doubles),
  * the log of a softmax's denominator at temperature 1 / inv_temps[r]. maxima_ptr 0: the rows'
@@ -1746,6 +1804,9 @@ static PyMethodDef methods[] = {
      "gumbel_argmax(scores, ld, vocab, rows, keys, scales, maxima, ldm, num_keys, out, "
      "are_probs): the "
      "keyed Gumbel field's argmax per key (gumbel_field.py); False where a NaN was seen."},
+    {"argmax_rows", (PyCFunction)(void (*)(void))argmax_rows, METH_FASTCALL,
+     "argmax_rows(x, ld, rows, vocab, maxima, ldm, out): torch.argmax of each row (the first "
+     "maximum, or the first NaN), through the rows' block maxima where given."},
     {"log_normalizers", (PyCFunction)(void (*)(void))log_normalizers, METH_FASTCALL,
      "log_normalizers(x, ld, rows, vocab, inv_temps, maxima, ldm, out): per row, log sum "
      "exp(x * inv_t) (a softmax's log denominator) into doubles."},
