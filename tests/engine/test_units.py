@@ -6,7 +6,7 @@ import torch
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
-from daemon.runtime.engine.cost_model import CostModel
+from daemon.runtime.engine.cost_model import STALE_PASSES, CostModel
 from daemon.runtime.engine.stop import FINISH_LENGTH, FINISH_STOP, StopChecker, truncate_at_stop
 from daemon.runtime.proposers.base import ProposeRequest
 from daemon.runtime.proposers.ngram import NgramProposer
@@ -516,7 +516,7 @@ def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:
     probs = [[0.9, 0.45, 0.045, 0.0045, 0.00045, 0.00005]] * 16
     best = ctl._best_k(probs, [6] * 16)
     assert best == 2
-    assert ctl._unmeasured_length(best, 16, 6) is None
+    assert ctl._cost_probe_length(best, 16, 6) is None
     # Passes of 1, 3 and 5 tokens measured at 10, 10 and 30 ms, drafting free, acceptance
     # high: k = 2 is best (2.7 / 10 ms), and a pass of 4 priced on the line (20 ms) makes
     # k = 3 worse, but at 10 ms it would win (3.4 / 10): that length is measured. A pass of 2
@@ -527,5 +527,81 @@ def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:
             flat.costs.record_verify(16, length, seconds)
     high = [[0.9, 0.8, 0.7, 0.6, 0.5, 0.4]] * 16
     assert flat._best_k(high, [6] * 16) == 2
-    assert flat._unmeasured_length(2, 16, 6) == 3
+    assert flat._cost_probe_length(2, 16, 6) == 3
     assert flat.could_win(16, 6) == {3}
+
+
+def _drifted_run(plain_now: float, rounds: int = 120) -> list[int]:
+    """Batch 16, drafts accepted at positions 1-2 and never at 3 (k = 2 is the best length),
+    every verify length measured three times while a pass of T tokens cost
+    30 + 25 (T - 1) ms: k = 2 makes 48 tokens in 82 ms, 10% more than plain decoding's 16 in
+    30. Then the machine changes: a plain pass costs `plain_now`, the rest what it did. The
+    k chosen in each of `rounds` rounds."""
+    ctl = _costed(0.001, {}, batch=16)
+
+    def cost(length: int) -> float:
+        return 0.030 + 0.025 * (length - 1)
+
+    for _ in range(3):
+        for length in range(1, 10):
+            ctl.costs.record_verify(16, length, cost(length))
+    ests = [_trained(ctl, 2) for _ in range(16)]
+    chosen = []
+    for _ in range(rounds):
+        k = max(ctl.choose(ests, [8] * 16))
+        ctl.costs.record_verify(16, k + 1, plain_now if k == 0 else cost(k + 1))
+        chosen.append(k)
+    return chosen
+
+
+def test_adaptive_measures_plain_decoding_again_once_its_cost_is_out_of_date() -> None:
+    """A plain pass that got cheaper (30 -> 20 ms: plain now beats k = 2 by 37%) is only seen
+    if plain decoding is measured again: once its newest pass is STALE_PASSES passes old, a
+    cost probe runs a plain round (after one at k = 1, also out of date and within reach),
+    whose time replaces the old samples, and plain decoding wins from then on (but for its
+    exploratory rounds). Without the probe, k = 2 forever."""
+    chosen = _drifted_run(plain_now=0.020)
+    assert chosen[:32].count(2) == 28  # before: k = 2, and every 8th round a probe at k = 3
+    # the probes once lengths are stale: k = 1 (within 15% too, and nearer k = 2), then plain
+    assert 1 in chosen[STALE_PASSES : STALE_PASSES + 16]
+    assert 0 in chosen[STALE_PASSES + 16 : STALE_PASSES + 32]
+    assert chosen[-40:].count(0) >= 36  # plain, but for explorations at k = 1
+
+
+def test_adaptive_keeps_speculating_where_a_fresh_plain_pass_costs_the_same() -> None:
+    """The same, but plain passes still cost 30 ms: the probe measures that, and k = 2 stays."""
+    chosen = _drifted_run(plain_now=0.030)
+    assert chosen[-40:].count(2) >= 34 and chosen[-40:].count(0) <= 1
+
+
+def test_a_far_better_speculation_never_probes_plain_decoding() -> None:
+    """At batch 1, drafting free and everything accepted, speculation makes 9 tokens where
+    plain decoding makes 1 for about the same pass: plain could not win even 15% cheaper, so
+    it is never measured again however old its price."""
+    ctl = _costed(0.0001, {1: 0.030, 9: 0.032}, batch=1)
+    est = _trained(ctl, 8)
+    for _ in range(3):
+        ctl.costs.record_verify(1, 1, 0.030)
+    chosen = []
+    for _ in range(200):
+        (k,) = ctl.choose([est], [8])
+        ctl.costs.record_verify(1, k + 1, 0.030 + 0.00025 * k)
+        chosen.append(k)
+    assert ctl.costs.passes_since(1, 1) == 200 and 0 not in chosen
+
+
+def test_a_length_measured_again_after_stale_passes_drops_its_older_samples() -> None:
+    costs = CostModel()
+    for _ in range(5):
+        costs.record_verify(4, 2, 0.050)
+    assert costs.passes_since(4, 2) == 0 and costs.passes_since(4, 3) is None
+    for _ in range(STALE_PASSES):
+        costs.record_verify(4, 1, 0.010)
+    assert costs.passes_since(4, 2) == STALE_PASSES
+    costs.record_verify(4, 2, 0.020)  # just within: kept beside the old ones
+    assert costs.verify_count(4, 2) == 6
+    for _ in range(STALE_PASSES + 1):
+        costs.record_verify(4, 1, 0.010)
+    costs.record_verify(4, 2, 0.030)  # one pass too old: this spell's pass alone
+    assert costs.verify_count(4, 2) == 1 and costs.verify_cost(4, 2) == 0.030
+    assert costs.passes_since(9, 1) is None  # another batch size counts its own passes

@@ -31,6 +31,14 @@ Without that bound the cost probes measured every length up to the ceiling, thre
 batch size: on the wide target at 16 sequences a pass of 7 tokens costs 5.6x a pass of 1,
 and a probe there loses about three plain rounds' worth of tokens for a length that could
 never pay.
+A measured length goes out of date, too: the machine's speed drifts, and not alike for every
+length (cost_model.py). So a length whose newest pass is STALE_PASSES passes old at this batch
+size is a cost probe's candidate again where it would win were its round STALE_SLACK cheaper
+than its (old) price, plain decoding included (at the break-even concurrencies; never where
+speculation pays 2x). A measured length is priced at its own cost, below which no floor goes,
+so could_win, which looks for lengths that could win at their floors, never names one.
+Without it, adaptive at 16 sequences on the wide target kept a T = 1 and a T = 2 measured in
+a slow minute and drafted 4 where k = 2 paid.
 From plain decoding the probe is an exploratory round at K = 1, at most every EXPLORE_EVERY
 rounds, and no more often than keeps its predicted loss (the round's cost minus the time plain
 decoding takes to emit the tokens it is expected to) within EXPLORE_BUDGET of the time spent in
@@ -49,7 +57,7 @@ import math
 from dataclasses import dataclass, field
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs
-from daemon.runtime.engine.cost_model import CostModel
+from daemon.runtime.engine.cost_model import STALE_PASSES, CostModel
 
 PRIOR_WEIGHT = 8.0  # pseudo-observations of the engine-wide estimate in a sequence's estimate
 GLOBAL_PRIOR_WEIGHT = 1.0  # pseudo-observations of INITIAL_ALPHA in the engine-wide estimate
@@ -62,6 +70,7 @@ EXPLORE_BUDGET = 0.02  # their predicted loss, as a share of the time in plain r
 MAX_EXPLORE_EVERY = 512  # ... but never more rounds than this apart (a loss mispredicted)
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
 MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
+STALE_SLACK = 0.15  # an out-of-date length is measured again if this much cheaper would win
 SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
 
 
@@ -117,7 +126,7 @@ class SpeculationController:
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
         best_k = self._best_k(probs, caps)
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
-        if k == 0 and self._last_choice is not None:
+        if k == 0 and best_k == 0 and self._last_choice is not None:  # not a probe of plain
             self._plain_batch = list(estimates)
             self._plain_flip_cost = self._flip_cost(len(estimates))
         if k > best_k:  # a probe: past where the estimates stop drafting too (else it never
@@ -164,25 +173,49 @@ class SpeculationController:
                 self._rounds_since_probe = 0
                 self._cost_probe_next = not self._cost_probe_next
                 deeper = best_k + 1 if best_k < max_k else None  # none past the ceiling
-                unmeasured = self._unmeasured_length(best_k, batch, max_cap)
+                unmeasured = self._cost_probe_length(best_k, batch, max_cap)
                 if unmeasured is not None and (self._cost_probe_next or deeper is None):
                     return unmeasured
                 if deeper is not None:
                     return deeper
         return best_k
 
-    def _unmeasured_length(self, best_k: int, batch: int, max_cap: int) -> int | None:
+    def _cost_probe_length(self, best_k: int, batch: int, max_cap: int) -> int | None:
         """The k nearest best_k (shorter first) whose verify pass (k + 1 tokens) has fewer
-        than MIN_COST_SAMPLES measurements at this batch size, or None."""
+        than MIN_COST_SAMPLES measurements at this batch size and could win (could_win), or
+        whose newest pass is more than STALE_PASSES passes old and which would win were its
+        round STALE_SLACK cheaper than priced; plain decoding (0) by the second rule too.
+        None: nothing to measure."""
         could_win = self.could_win(batch, max_cap)
         candidates = [
             k
             for k in range(1, max_cap + 1)
             if k != best_k
-            and (could_win is None or k in could_win)
-            and self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
+            and (
+                (
+                    self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
+                    and (could_win is None or k in could_win)
+                )
+                or (self._is_stale(batch, k + 1) and self._wins_if_cheaper(k))
+            )
         ]
+        if best_k > 0 and self._is_stale(batch, 1) and self._wins_if_cheaper(0):
+            candidates.append(0)
         return min(candidates, key=lambda k: (abs(k - best_k), k), default=None)
+
+    def _is_stale(self, batch: int, tokens_per_seq: int) -> bool:
+        since = self.costs.passes_since(batch, tokens_per_seq)
+        return since is not None and since > STALE_PASSES
+
+    def _wins_if_cheaper(self, k: int) -> bool:
+        """Whether k would beat the last choice's rate were its round STALE_SLACK cheaper
+        than priced (its price was measured: no floor bounds it from below)."""
+        if self._last_choice is None:
+            return False
+        tokens, best_rate, costs = self._last_choice
+        if k >= len(costs):
+            return False
+        return tokens[k] * (1.0 + STALE_SLACK) / max(costs[k], 1e-9) > best_rate
 
     def observe(self, estimate: AcceptanceEstimate, num_drafted: int, num_accepted: int) -> None:
         if num_drafted:  # the estimates move: a kept plain choice is made again

@@ -34,6 +34,16 @@ median, counted once that length has MIN_SPEED_REFERENCE samples: a steady machi
 at exactly 1, a lone slow pass does not move it, and a lasting change moves it within
 about half the window. It scales every verify length alike, so the choice between lengths
 follows the cost curve's shape, measured whenever each length was.
+
+But a drift does not scale every length alike. On the 2-core machine, at 16 sequences on the
+wide bench target, a pass of 1 token went from 76 to 52 ms within a minute while a pass of 3
+went from 120 to 102 (T = 3 over T = 1: 1.58, then 1.96): a neighbour reading memory slows a
+weight-read-bound pass more than a compute-bound one. A length measured in another spell then
+keeps a wrong ratio to the one the controller runs, whatever the speed says: adaptive priced
+T = 2 at 1.89x T = 1 (1.46x once re-measured), drafted 4 where k = 2 paid, and made 0.25 tokens
+a ms against k = 2's 0.30. So each (batch size, T) notes the pass count at its newest sample
+(passes_since), the controller re-measures lengths STALE_PASSES passes old that could still
+win (controller.py), and a length measured again after that long drops its older samples.
 """
 
 import statistics
@@ -42,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 NUM_RECENT = 16  # verify samples kept per (batch size, T)
+STALE_PASSES = 32  # passes at a batch size after which a length's samples are out of date
 NUM_RECENT_DRAFT = 32  # (k, seconds) kept per batch size for the draft and overhead lines
 NUM_SPEED_RATIOS = 9  # recent passes whose ratio to their own median gives the speed
 MIN_SPEED_REFERENCE = 3  # samples a (batch size, length) needs before its passes give a ratio
@@ -61,6 +72,9 @@ class CostModel:
     speed_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=NUM_SPEED_RATIOS))
     # batch size -> recent (k, seconds) of rounds outside their forward passes
     overhead_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    # batch size -> verify passes recorded at it, and T -> that count at T's newest sample
+    verify_passes: dict[int, int] = field(default_factory=dict)
+    verify_newest: dict[int, dict[int, int]] = field(default_factory=dict)
 
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
@@ -71,11 +85,17 @@ class CostModel:
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
         per_len = self.verify_samples.setdefault(batch_size, {})
         samples = per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT))
+        since = self.passes_since(batch_size, tokens_per_seq)
+        if since is not None and since > STALE_PASSES:  # another spell's: this pass replaces them
+            samples.clear()
         if len(samples) >= MIN_SPEED_REFERENCE:
             reference = _median(samples)
             if reference > 0.0:
                 self.speed_ratios.append(seconds / reference)
         samples.append(seconds / self.speed)
+        passes = self.verify_passes.get(batch_size, 0) + 1
+        self.verify_passes[batch_size] = passes
+        self.verify_newest.setdefault(batch_size, {})[tokens_per_seq] = passes
 
     def record_overhead(self, batch_size: int, k: int, seconds: float) -> None:
         """A round's time outside its forward passes; k: the most drafts it asked a row for."""
@@ -101,6 +121,12 @@ class CostModel:
     def verify_count(self, batch_size: int, tokens_per_seq: int) -> int:
         """Recent passes measured at this batch size and length (at most NUM_RECENT)."""
         return len(self.verify_samples.get(batch_size, {}).get(tokens_per_seq, ()))
+
+    def passes_since(self, batch_size: int, tokens_per_seq: int) -> int | None:
+        """Verify passes at this batch size since this length's newest one (0: the last pass
+        was of it), or None where it was never measured at this batch size."""
+        newest = self.verify_newest.get(batch_size, {}).get(tokens_per_seq)
+        return None if newest is None else self.verify_passes[batch_size] - newest
 
     def knows_plain_cost(self, batch_size: int) -> bool:
         """Whether plain decoding's cost at this batch size is measured or can be borrowed: a
