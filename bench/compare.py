@@ -68,6 +68,7 @@ class Row:
     num_tokens: int
     note: str = ""
     ratio: float | None = None  # tokens/s over specctl target-only at the same concurrency
+    repeats: list[float] = field(default_factory=list)  # each repeat's tokens/s, in run order
 
 
 def from_run(r: RunResult, prompts: str) -> Row:
@@ -83,6 +84,7 @@ def from_run(r: RunResult, prompts: str) -> Row:
         r.mean_acceptance_length,
         r.num_tokens,
         note,
+        repeats=list(r.repeats_in_order),
     )
 
 
@@ -125,9 +127,21 @@ def specctl_rows(
     return rows, runs
 
 
+def paired_ratio(a: Row, b: Row) -> float | None:
+    """The median over repeats of a's tokens/s over b's in the same repeat (None without two
+    or more repeats each). The repeats go round-robin over the configurations, so repeat i of
+    each ran a few runs from the other's (under a minute in the CPU bench): a slow spell of the
+    machine, which halved a run here, falls on both sides of the ratio more often than not,
+    instead of on whichever configuration ran then."""
+    if len(a.repeats) != len(b.repeats) or len(a.repeats) < 2:
+        return None
+    return statistics.median(x / y for x, y in zip(a.repeats, b.repeats, strict=True))
+
+
 def adaptive_summary(rows: list[Row]) -> list[dict[str, object]]:
     """Adaptive against the best fixed k and against target-only, per prompt set and
-    concurrency (the same run's figures)."""
+    concurrency (the same run's figures): the ratio of medians, and the median of the
+    repeats' paired ratios (paired_ratio)."""
     out: list[dict[str, object]] = []
     for prompts, conc in sorted(
         {(r.prompts, r.concurrency) for r in rows if r.engine == "specctl"}
@@ -152,6 +166,8 @@ def adaptive_summary(rows: list[Row]) -> list[dict[str, object]]:
                 "adaptive_tokens_per_s": adaptive.tokens_per_s,
                 "adaptive_over_best_fixed": adaptive.tokens_per_s / best.tokens_per_s,
                 "adaptive_over_target_only": adaptive.tokens_per_s / plain.tokens_per_s,
+                "adaptive_over_best_fixed_paired": paired_ratio(adaptive, best),
+                "adaptive_over_target_only_paired": paired_ratio(adaptive, plain),
             }
         )
     return out

@@ -99,7 +99,9 @@ def _print_adaptive(summary: list[dict[str, Any]], console: Console) -> None:
     if not summary:
         return
     table = Table(title="adaptive k against the best fixed k (same run)")
-    for col in ("prompts", "conc.", "best fixed", "tokens/s", "adaptive", "x best", "x target"):
+    columns = ("prompts", "conc.", "best fixed", "tokens/s", "adaptive", "x best", "x target",
+               "x best, paired", "x target, paired")  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="left" if col in ("prompts", "best fixed") else "right")
     for a in summary:
         table.add_row(
@@ -110,8 +112,18 @@ def _print_adaptive(summary: list[dict[str, Any]], console: Console) -> None:
             f"{a['adaptive_tokens_per_s']:.1f}",
             f"{a['adaptive_over_best_fixed']:.3f}",
             f"{a['adaptive_over_target_only']:.2f}",
+            _ratio(a.get("adaptive_over_best_fixed_paired"), 3),
+            _ratio(a.get("adaptive_over_target_only_paired"), 2),
         )
     console.print(table)
+    console.print(
+        "  x best, x target: ratios of the medians; paired: the median over repeats of the ratio"
+        " within each repeat (the configurations' repeats run round-robin, one after another)"
+    )
+
+
+def _ratio(value: Any, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def plot_report(reports: list[dict[str, Any]], path: Path) -> Path | None:

@@ -42,7 +42,8 @@ class RunResult:
     prefill_time_s: float
     overhead_per_round_ms: float
     output_token_ids: list[list[int]]
-    repeats_tokens_per_s: list[float] = field(default_factory=list)  # every measured repeat
+    repeats_tokens_per_s: list[float] = field(default_factory=list)  # every repeat, sorted
+    repeats_in_order: list[float] = field(default_factory=list)  # the same, in the order run
 
     def per_position_acceptance(self, k: int) -> float | None:
         """The i.i.d. per-position acceptance probability that fits this fixed-k run (the `a` of
@@ -201,4 +202,5 @@ def _median_run(runs: list[RunResult]) -> RunResult:
     ordered = sorted(runs, key=lambda r: r.tokens_per_s)
     median = ordered[(len(ordered) - 1) // 2]
     median.repeats_tokens_per_s = [r.tokens_per_s for r in ordered]
+    median.repeats_in_order = [r.tokens_per_s for r in runs]
     return median
