@@ -31,11 +31,18 @@ Without that bound the cost probes measured every length up to the ceiling, thre
 batch size: on the wide target at 16 sequences a pass of 7 tokens costs 5.6x a pass of 1,
 and a probe there loses about three plain rounds' worth of tokens for a length that could
 never pay.
+An acceptance probe (K + 1) runs only where its outcome could change the choice: where K + 1
+would beat K were its new position always accepted and its round priced at its floor. Where a
+pass of K + 2 tokens costs much more than one of K + 1 (a CPU's batch-16 pass is
+compute-bound), no acceptance there can pay for it, and the probe every PROBE_EVERY rounds
+only lost time.
 A measured length goes out of date, too: the machine's speed drifts, and not alike for every
 length (cost_model.py). So a length whose newest pass is STALE_PASSES passes old at this batch
 size is a cost probe's candidate again where it would win were its round STALE_SLACK cheaper
 than its (old) price, plain decoding included (at the break-even concurrencies; never where
-speculation pays 2x). A measured length is priced at its own cost, below which no floor goes,
+speculation pays 2x): the oldest such length, at most once every STALE_PASSES passes (on a
+steady machine, probing every candidate as it went stale spent ~8% of the rounds on lengths
+up to 15% worse). A measured length is priced at its own cost, below which no floor goes,
 so could_win, which looks for lengths that could win at their floors, never names one.
 Without it, adaptive at 16 sequences on the wide target kept a T = 1 and a T = 2 measured in
 a slow minute and drafted 4 where k = 2 paid.
@@ -106,6 +113,8 @@ class SpeculationController:
     # _plain_flip_cost, the price at which the best speculative rate would have won
     _plain_batch: list[AcceptanceEstimate] | None = None
     _plain_flip_cost: float = 0.0
+    # batch size -> the verify pass count at its latest probe of an out-of-date length
+    _stale_probed: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
@@ -172,36 +181,63 @@ class SpeculationController:
             if self._rounds_since_probe >= PROBE_EVERY:
                 self._rounds_since_probe = 0
                 self._cost_probe_next = not self._cost_probe_next
-                deeper = best_k + 1 if best_k < max_k else None  # none past the ceiling
-                unmeasured = self._cost_probe_length(best_k, batch, max_cap)
-                if unmeasured is not None and (self._cost_probe_next or deeper is None):
-                    return unmeasured
+                # none past the ceiling, nor where its outcome could not change the choice
+                deeper = best_k + 1
+                if deeper > max_k or not self._deeper_could_win(deeper, batch):
+                    deeper = None
+                if self._cost_probe_next or deeper is None:
+                    length = self._cost_probe_length(best_k, batch, max_cap)
+                    if length is not None:
+                        return length
                 if deeper is not None:
                     return deeper
         return best_k
 
     def _cost_probe_length(self, best_k: int, batch: int, max_cap: int) -> int | None:
-        """The k nearest best_k (shorter first) whose verify pass (k + 1 tokens) has fewer
-        than MIN_COST_SAMPLES measurements at this batch size and could win (could_win), or
-        whose newest pass is more than STALE_PASSES passes old and which would win were its
-        round STALE_SLACK cheaper than priced; plain decoding (0) by the second rule too.
-        None: nothing to measure."""
+        """A length to measure (None: none). First the k nearest best_k (shorter first) whose
+        verify pass (k + 1 tokens) has fewer than MIN_COST_SAMPLES measurements at this batch
+        size and could win (could_win). Else, at most once every STALE_PASSES passes, the
+        length whose newest pass is oldest among those more than STALE_PASSES passes old that
+        would win were their round STALE_SLACK cheaper than priced, plain decoding (0)
+        included: one such probe loses at most STALE_SLACK of a round."""
         could_win = self.could_win(batch, max_cap)
-        candidates = [
+        unmeasured = [
             k
             for k in range(1, max_cap + 1)
             if k != best_k
-            and (
-                (
-                    self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
-                    and (could_win is None or k in could_win)
-                )
-                or (self._is_stale(batch, k + 1) and self._wins_if_cheaper(k))
-            )
+            and self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
+            and (could_win is None or k in could_win)
         ]
-        if best_k > 0 and self._is_stale(batch, 1) and self._wins_if_cheaper(0):
-            candidates.append(0)
-        return min(candidates, key=lambda k: (abs(k - best_k), k), default=None)
+        if unmeasured:
+            return min(unmeasured, key=lambda k: (abs(k - best_k), k))
+        passes = self.costs.verify_passes.get(batch, 0)
+        if passes - self._stale_probed.get(batch, -STALE_PASSES - 1) <= STALE_PASSES:
+            return None
+        stale = [
+            k
+            for k in range(0 if best_k > 0 else 1, max_cap + 1)
+            if k != best_k and self._is_stale(batch, k + 1) and self._wins_if_cheaper(k)
+        ]
+        if not stale:
+            return None
+        self._stale_probed[batch] = passes
+        return max(stale, key=lambda k: (self.costs.passes_since(batch, k + 1) or 0, -k))
+
+    def _deeper_could_win(self, k: int, batch: int) -> bool:
+        """Whether drafting k, one past the choice, could beat it were the new position always
+        accepted and its round priced at its floor: else what an acceptance probe there learns
+        cannot change the choice, and the probe only costs (on the wide target at 16 sequences
+        a pass of 4 tokens costs 1.3x a pass of 3: a probe every 8 rounds cost ~2%)."""
+        if self._last_choice is None or k < 2:
+            return True
+        tokens, best_rate, _ = self._last_choice
+        if k - 1 >= len(tokens):
+            return True
+        # position k accepted whenever reached: the tokens of k - 1, plus as many again as
+        # the sequences' chance of reaching it (what position k - 1 added)
+        optimistic = 2.0 * tokens[k - 1] - tokens[k - 2]
+        floor = self.costs.round_cost_floors(batch, k)[k]
+        return optimistic / max(floor, 1e-9) > best_rate
 
     def _is_stale(self, batch: int, tokens_per_seq: int) -> bool:
         since = self.costs.passes_since(batch, tokens_per_seq)
