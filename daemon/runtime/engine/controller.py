@@ -37,15 +37,14 @@ pass of K + 2 tokens costs much more than one of K + 1 (a CPU's batch-16 pass is
 compute-bound), no acceptance there can pay for it, and the probe every PROBE_EVERY rounds
 only lost time.
 A measured length goes out of date, too: the machine's speed drifts, and not alike for every
-length (cost_model.py). So a length whose newest pass is STALE_PASSES passes old at this batch
-size is a cost probe's candidate again where it would win were its round STALE_SLACK cheaper
-than its (old) price, plain decoding included (at the break-even concurrencies; never where
-speculation pays 2x): the oldest such length, at most once every STALE_PASSES passes (on a
-steady machine, probing every candidate as it went stale spent ~8% of the rounds on lengths
-up to 15% worse). A measured length is priced at its own cost, below which no floor goes,
-so could_win, which looks for lengths that could win at their floors, never names one.
-Without it, adaptive at 16 sequences on the wide target kept a T = 1 and a T = 2 measured in
-a slow minute and drafted 4 where k = 2 paid.
+length (cost_model.py). Adaptive at 16 sequences on the wide target kept a T = 1 and a T = 2
+measured in a slow minute and drafted 4 where k = 2 paid. could_win does not help there: it
+looks for lengths that could win at their floors, and a measured length's floor is its own
+(old) price. So a length whose newest pass is STALE_PASSES passes old at this batch size is a
+cost probe's candidate again where it would win were its round STALE_SLACK cheaper than
+priced, plain decoding included (at the break-even concurrencies; never where speculation pays
+2x): the oldest such length, at most once every STALE_PASSES passes (on a steady machine,
+probing every candidate as it went stale spent ~8% of the rounds on lengths up to 15% worse).
 From plain decoding the probe is an exploratory round at K = 1, at most every EXPLORE_EVERY
 rounds, and no more often than keeps its predicted loss (the round's cost minus the time plain
 decoding takes to emit the tokens it is expected to) within EXPLORE_BUDGET of the time spent in
