@@ -27,7 +27,7 @@ from bench.arg_types import (
 )
 from bench.costs import pass_seconds
 from bench.machine import describe_machine
-from bench.spec_engine import RunResult, RunSpec, SpecBench
+from bench.spec_engine import RunResult, RunSpec, SpecBench, median_run
 from bench.workload import load_prompt_texts, repeat_to, tokenize
 from daemon.runtime.errors import SpecError
 from daemon.runtime.model.llama import LlamaForCausalLM
@@ -76,10 +76,7 @@ def run_side_by_side(
                 per_variant[variant].append(bench.run_group(specs, work, max_tokens, conc, 1))
         for variant, runs in per_variant.items():
             for i in range(len(specs)):
-                ordered = sorted((r[i] for r in runs), key=lambda r: r.tokens_per_s)
-                median = ordered[(len(ordered) - 1) // 2]
-                median.repeats_tokens_per_s = [r.tokens_per_s for r in ordered]
-                out.append((variant, median))
+                out.append((variant, median_run([r[i] for r in runs])))
     return out
 
 

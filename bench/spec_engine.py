@@ -42,8 +42,12 @@ class RunResult:
     prefill_time_s: float
     overhead_per_round_ms: float
     output_token_ids: list[list[int]]
-    repeats_tokens_per_s: list[float] = field(default_factory=list)  # every repeat, sorted
-    repeats_in_order: list[float] = field(default_factory=list)  # the same, in the order run
+    repeats_in_order: list[float] = field(default_factory=list)  # every repeat's, as run
+
+    @property
+    def repeats_tokens_per_s(self) -> list[float]:
+        """Every repeat's tokens/s, sorted."""
+        return sorted(self.repeats_in_order)
 
     def per_position_acceptance(self, k: int) -> float | None:
         """The i.i.d. per-position acceptance probability that fits this fixed-k run (the `a` of
@@ -59,6 +63,7 @@ class RunResult:
     def summary(self) -> dict[str, object]:
         data = asdict(self)
         data.pop("output_token_ids")
+        data["repeats_tokens_per_s"] = self.repeats_tokens_per_s
         return data
 
 
@@ -150,7 +155,7 @@ class SpecBench:
         for i in range(repeats):
             for spec, engine, runs in zip(specs, engines, results, strict=True):
                 runs.append(self._measure(engine, spec.mode, prompts, params, concurrency, f"r{i}"))
-        return [_median_run(runs) for runs in results]
+        return [median_run(runs) for runs in results]
 
     def _measure(
         self,
@@ -197,10 +202,9 @@ def _seeded(params: SamplingParams, index: int) -> SamplingParams:
     return dataclasses.replace(params, seed=SEED_BASE + index)
 
 
-def _median_run(runs: list[RunResult]) -> RunResult:
+def median_run(runs: list[RunResult]) -> RunResult:
     """The median repeat by tokens/s, carrying every repeat's tokens/s."""
     ordered = sorted(runs, key=lambda r: r.tokens_per_s)
     median = ordered[(len(ordered) - 1) // 2]
-    median.repeats_tokens_per_s = [r.tokens_per_s for r in ordered]
     median.repeats_in_order = [r.tokens_per_s for r in runs]
     return median
