@@ -121,3 +121,57 @@ def test_probabilities_race_their_logs(monkeypatch: pytest.MonkeyPatch, vocab: i
         dense = probs.double().log() + dense_field(keys, vocab)
         expected = torch.where(dense.amax(-1) > -math.inf, dense.argmax(-1), -1)
         assert torch.equal(picked, expected)
+
+
+@pytest.mark.parametrize("vocab", [65, 64 * 37 + 5, 151_936])
+@pytest.mark.parametrize("are_probs", [False, True])
+def test_hints_leave_the_answer_as_it_was(
+    monkeypatch: pytest.MonkeyPatch, vocab: int, are_probs: bool
+) -> None:
+    """A hinted token's value is offered first (the verifier hints its drafts): the answer,
+    the runner-up, a token in the short last block or in the block holding the largest score,
+    a token of probability 0, an excluded one, none or past the vocabulary all leave every
+    key's token as the unhinted C search and the torch search pick it."""
+    gen = torch.Generator().manual_seed(vocab + 7)
+    logits = torch.randn(16, vocab, generator=gen) * torch.linspace(0.05, 4.0, 16)[:, None]
+    scores = torch.softmax(logits, dim=-1) if are_probs else logits  # [R, V]
+    if are_probs:
+        scores[3, : vocab // 2] = 0.0
+    keys = field_keys(list(range(16)), [vocab] * 16)
+    scale = None if are_probs else torch.linspace(0.3, 1.2, 16)
+    plain = _both(monkeypatch, scores, keys, are_probs=are_probs, noise_scale=scale)
+    excluded = plain.view(16, 1).clamp(min=0)
+    second = _both(monkeypatch, scores, keys, excluded, are_probs=are_probs, noise_scale=scale)
+    top_token = scores.argmax(dim=-1)  # [R] in the block the search looks at first
+    for hints in (
+        plain,
+        second,
+        top_token,
+        torch.full((16,), vocab - 1),
+        torch.zeros(16, dtype=torch.long),
+        torch.full((16,), -1),
+        torch.full((16,), vocab + 5),
+    ):
+        hinted = gumbel_argmax(scores, keys, are_probs=are_probs, noise_scale=scale, hints=hints)
+        assert torch.equal(hinted, plain)
+        # the winner excluded and hinted: its masked value never wins
+        again = gumbel_argmax(
+            scores, keys, excluded, are_probs=are_probs, noise_scale=scale, hints=plain
+        )
+        assert torch.equal(again, second)
+    _record_maxima(scores)  # with the LM head's maxima (the row prefetch reads them)
+    assert torch.equal(
+        gumbel_argmax(scores, keys, are_probs=are_probs, noise_scale=scale, hints=plain), plain
+    )
+
+
+def test_hints_on_chosen_rows_of_a_larger_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    vocab = 64 * 50
+    logits = torch.randn(12, vocab, generator=torch.Generator().manual_seed(5)) * 2
+    rows = torch.tensor([11, 0, 6, 3])
+    keys = field_keys([9, 9, 9, 9], [1, 2, 3, 4])
+    picked = _both(monkeypatch, logits, keys, rows=rows)
+    assert torch.equal(picked, _both(monkeypatch, logits[rows], keys))
+    assert torch.equal(gumbel_argmax(logits, keys, rows=rows, hints=picked.flip(0)), picked)
+    with pytest.raises(IndexError, match=r"rows out of range for 12 rows of scores: 12"):
+        gumbel_argmax(logits, keys, rows=torch.tensor([0, 12, 1, 2]))

@@ -51,3 +51,17 @@ def test_accept_while_drafts_equal_the_choices() -> None:
     out, num = accept_matching(drafts, num_draft, choices)
     assert num.tolist() == [4, 2, 2, 1]
     assert out.tolist() == [[4, 5, 6, 8], [4, 5, -1, -1], [7, 3, -1, -1], [2, -1, -1, -1]]
+
+
+def test_hinted_choices_are_the_choices() -> None:
+    """The verifier hints its drafts to the search for its choices: right, wrong or missing
+    hints, the choices are the same."""
+    gen = torch.Generator().manual_seed(8)
+    logits = torch.randn(4, 3, VOCAB, generator=gen) * 2  # [B, T, V]
+    keys = field_keys([1, 2, 3, 4] * 3, list(range(12))).view(4, 3)
+    args = (torch.tensor([False, False, True, False]), torch.full((4,), 0.8))
+    rest = (torch.tensor([0, 0, 0, 7]), torch.ones(4), keys, torch.full((4,), 3))
+    plain = target_choices(logits.clone(), *args, *rest)
+    wrong = (plain[:, :2] + 1) % VOCAB
+    for hints in (plain[:, :2], wrong, torch.full((4, 2), -1)):
+        assert torch.equal(target_choices(logits.clone(), *args, *rest, hints=hints), plain)

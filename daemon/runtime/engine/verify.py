@@ -93,6 +93,7 @@ def _match(
         torch.tensor([p.top_p for p in params]),
         _position_keys(seqs, logits.shape[1]),
         num_draft_t + 1,
+        hints=drafts,  # coupled drafts are usually the choices: the searches start there
     )  # [B, K+1]
     return accept_matching(drafts, num_draft_t, choices.cpu())
 

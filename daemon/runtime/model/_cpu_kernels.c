@@ -59,7 +59,7 @@
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 13 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 14 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -614,6 +614,25 @@ __attribute__((target("avx2,fma"))) static void attn_queries(const AttnJob *a, f
     }
 }
 
+/* The first index in x[0..n) holding `top` (NaN: the first NaN); n when none does. */
+__attribute__((target("avx2,fma"))) static int64_t first_at(const float *x, int64_t n, float top)
+{
+    const int want_nan = top != top;
+    const __m256 t8 = _mm256_set1_ps(top);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 v = _mm256_loadu_ps(x + j);
+        const __m256 hit = want_nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q)
+                                    : _mm256_cmp_ps(v, t8, _CMP_EQ_OQ);
+        const int mask = _mm256_movemask_ps(hit);
+        if (mask) return j + __builtin_ctz((unsigned)mask);
+    }
+    for (; j < n; j++) {
+        if (want_nan ? x[j] != x[j] : x[j] == top) return j;
+    }
+    return n;
+}
+
 /* ---- The keyed Gumbel field's argmax (sampling/gumbel_field.py has the definition) ---- */
 
 #define G_BLOCK 64
@@ -832,12 +851,60 @@ __attribute__((target("avx2,fma"))) static int g_block(GRace *g, int64_t b, uint
     return 1;
 }
 
+/* The value g_block gives entry j of block b (its word w, largest noise m at a), computed
+ * the way g_block computes it (the same bits): the search offers a hinted token's value
+ * first, and its block, looked at later, offers the same value again. NaN: a NaN score. */
+__attribute__((target("avx2,fma"))) static double g_entry_value(const GRace *g, int64_t b,
+                                                                uint64_t w, double m,
+                                                                int64_t a, int64_t j)
+{
+    const float raw = g->scores[b * G_BLOCK + j];
+    if (raw != raw) return NAN;
+    if (j == a) return g_score(raw, g->are_probs) + g->scale * m;
+    const double em = exp(-m);
+    if (g->are_probs) {
+        if (!(raw > 0.0f)) return -INFINITY;
+        const double e =
+            -log(g_uniform(g_mix64((w ^ G_ENTRY_SALT) + (uint64_t)(j + 1) * G_GAMMA)));
+        return log((double)raw) + g->scale * -log(em + e);
+    }
+    /* its lane of the group of 4 holding it (the lanes do not mix) */
+    double sc[4] = {0.0, 0.0, 0.0, 0.0}, v[4];
+    sc[j % 4] = (double)raw;
+    g_values4(_mm256_loadu_pd(sc), w, em, g->scale, j / 4 * 4, v);
+    return v[j % 4];
+}
+
+/* Block b's scores on their way to the cache (a few of a row's 600 KB are read, far apart:
+ * each one a trip to memory): asked for where it goes on the heap, read when it comes off */
+static inline void g_prefetch_block(const GRace *g, int64_t b)
+{
+    const char *at = (const char *)(g->scores + b * G_BLOCK);
+    for (int l = 0; l < G_BLOCK * (int)sizeof(float); l += 64) _mm_prefetch(at + l, _MM_HINT_T1);
+}
+
+/* The first reads of a row's search on their way to the cache while the row before is
+ * searched: the block holding its largest score (looked at first; its block maxima show
+ * it) and the hinted token */
+__attribute__((target("avx2,fma"))) static void g_prefetch_row(const float *scores, int64_t V,
+                                                               const float *maxima,
+                                                               int64_t hint)
+{
+    if (hint >= 0 && hint < V) _mm_prefetch((const char *)(scores + hint), _MM_HINT_T0);
+    if (!maxima) return;
+    const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
+    const int64_t b = first_at(maxima, nb, max_of(maxima, nb));
+    if (b >= nb) return; /* a NaN: the search gives up anyway */
+    const GRace g = {scores, V, 0, 1.0, 0, -INFINITY, -1};
+    g_prefetch_block(&g, b);
+}
+
 /* Whole blocks list[0..3] of a superblock whose largest noise is ms (c = exp(-ms)): each
- * one's largest noise log 64 - log(64 c + E_b), E_b = -log u(w_b), at most ms, into noise */
+ * one's largest noise log 64 - log(64 c + E_b), E_b = -log u(w_b), at most ms, into out */
 __attribute__((target("avx2,fma"))) static inline void g_block_noise4(uint64_t key,
                                                                      const int64_t *list,
                                                                      double c, double ms,
-                                                                     double *noise)
+                                                                     double *out)
 {
     const __m256i index = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)list),
                                            _mm256_set1_epi64x(1));
@@ -846,9 +913,7 @@ __attribute__((target("avx2,fma"))) static inline void g_block_noise4(uint64_t k
     const __m256d n_c = _mm256_mul_pd(_mm256_set1_pd((double)G_BLOCK), _mm256_set1_pd(c));
     const __m256d x = _mm256_add_pd(n_c, _mm256_sub_pd(_mm256_setzero_pd(), g_log4(u)));
     const __m256d drawn = _mm256_sub_pd(_mm256_set1_pd(log((double)G_BLOCK)), g_log4(x));
-    double out[4];
     _mm256_storeu_pd(out, _mm256_min_pd(drawn, _mm256_set1_pd(ms)));
-    for (int l = 0; l < 4; l++) noise[list[l]] = out[l];
 }
 
 /* gumbel_row's scratch in 8-byte words for nb blocks: 5 ns + 3 nb + G_SUPER, then nb
@@ -925,17 +990,19 @@ __attribute__((target("avx2,fma"))) static void g_super(GRace *g, GHeap *h, cons
     const double floor_raw =
         g->are_probs ? exp(floor_score) * (1.0 - 1e-9) : floor_score - 1e-9 * fabs(floor_score);
     int64_t num = 0;
-    for (int64_t b = b0; b < b1; b++) {
-        if ((double)top[b] > floor_raw && b != done && b != top_block && b < whole) list[num++] = b;
+    for (int64_t b = b0; b < b1; b++) { /* no branch: which blocks pass is a coin toss */
+        list[num] = b;
+        num += ((double)top[b] > floor_raw) & (b != done) & (b != top_block) & (b < whole);
     }
     const double c = exp(-ms);
+    /* one to three left over: the last one again, to fill a group of 4 (its noise drawn
+     * twice, the same value) */
+    for (int64_t l = num; l % 4; l++) list[l] = list[num - 1];
+    const int64_t groups = (num + 3) / 4;
+    double drawn[G_SUPER];
     int64_t i = 0;
-    for (; i + 4 <= num; i += 4) g_block_noise4(g->key, list + i, c, ms, noise);
-    for (; i < num; i++) { /* one to three left */
-        const int64_t b = list[i];
-        const uint64_t w = g_mix64(g->key + (uint64_t)(b + 1) * G_GAMMA);
-        noise[b] = g_block_noise1(w, (double)G_BLOCK, c, ms);
-    }
+    for (; i < groups; i++) g_block_noise4(g->key, list + 4 * i, c, ms, drawn + 4 * i);
+    for (i = 0; i < num; i++) noise[list[i]] = drawn[i];
     /* the top block and the vocabulary's short last block, where they can win */
     if ((double)top[top_block] > floor_raw && top_block != done) {
         noise[top_block] = ms;
@@ -950,7 +1017,10 @@ __attribute__((target("avx2,fma"))) static void g_super(GRace *g, GHeap *h, cons
     for (i = 0; i < num; i++) {
         const int64_t b = list[i];
         const double bound = g_score(top[b], g->are_probs) + g->scale * noise[b];
-        if (bound > g->value) g_push(h, bound, b);
+        if (bound > g->value) {
+            g_push(h, bound, b);
+            g_prefetch_block(g, b);
+        }
     }
 }
 
@@ -968,7 +1038,9 @@ static inline int64_t g_super_size(int64_t s, int64_t nb, int64_t V)
 
 /* Block b of superblock s (largest noise ms, its maximum at token t of it): b's largest noise
  * and where it sits (g_super's and gumbel_field's rule) */
-static double g_one_block(uint64_t key, int64_t b, int64_t V, double ms, int64_t t, int64_t *a)
+__attribute__((target("avx2,fma"))) static double g_one_block(uint64_t key, int64_t b,
+                                                              int64_t V, double ms, int64_t t,
+                                                              int64_t *a)
 {
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK, b0 = b / G_SUPER * G_SUPER;
     const int64_t n = b < nb - 1 ? G_BLOCK : V - b * G_BLOCK;
@@ -978,7 +1050,11 @@ static double g_one_block(uint64_t key, int64_t b, int64_t V, double ms, int64_t
         return ms;
     }
     *a = g_place(w, n);
-    return g_block_noise1(w, (double)n, exp(-ms), ms);
+    if (n < G_BLOCK) return g_block_noise1(w, (double)n, exp(-ms), ms);
+    const int64_t list[4] = {b, b, b, b}; /* g_super's arithmetic: the same bits */
+    double drawn[4];
+    g_block_noise4(key, list, exp(-ms), ms, drawn);
+    return drawn[0];
 }
 
 /* argmax_i (scores_i + scale * G_i) over one row of V float32 scores for field key `key`
@@ -989,12 +1065,13 @@ static double g_one_block(uint64_t key, int64_t b, int64_t V, double ms, int64_t
  * and puts those that can win on the heap, a block has its entries that can win looked at.
  * Only what holds a bound past the answer is drawn. maxima: the row's block maxima (or
  * NULL: computed here); scratch: G_SCRATCH(nb) 8-byte words. are_probs: the scores are
- * probabilities, log p races. Returns the token (-1: every score -inf), or -2 where a NaN
+ * probabilities, log p races. hint: a token likely to win (< 0: none), its value offered
+ * first: the same answer, with less drawn where it wins. Returns the token (-1: every score -inf), or -2 where a NaN
  * was seen (the caller's torch search decides then). */
 __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *scores, int64_t V,
                                                              const float *maxima, uint64_t key,
                                                              double scale, int are_probs,
-                                                             double *scratch)
+                                                             int64_t hint, double *scratch)
 {
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK, ns = (nb + G_SUPER - 1) / G_SUPER;
     float *best = (float *)(scratch + G_SCRATCH(nb) - nb);
@@ -1038,6 +1115,15 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
         super_bound[s] = g_score(top, are_probs) + scale * super_max[s];
     }
     if (nan) return -2;
+    if (hint >= 0 && hint < V) { /* a token likely to win (the draft's): its value first */
+        const int64_t b = hint / G_BLOCK, hs = b / G_SUPER;
+        const int64_t t = g_place(g_super_word(key, hs), g_super_size(hs, nb, V));
+        int64_t a;
+        const double m = g_one_block(key, b, V, super_max[hs], t, &a);
+        const uint64_t w = g_mix64(key + (uint64_t)(b + 1) * G_GAMMA);
+        const double v = g_entry_value(&g, b, w, m, a, hint % G_BLOCK);
+        if (v == v) g_offer(&g, v, hint);
+    }
     int64_t done = -1;
     if (top_score > -INFINITY && !(are_probs && top_score <= 0.0f)) {
         /* the block with the largest score first */
@@ -1448,33 +1534,51 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 #endif
 }
 
-/* gumbel_argmax(scores_ptr, ld, vocab, rows_ptr, keys_ptr, scales_ptr, maxima_ptr, ldm,
- * num_keys, out_ptr, are_probs): for key i (int64 keys[i], double scales[i]) over float32 row
- * rows[i] of scores (ld floats apart), the token into int64 out[i]. maxima_ptr 0: none
+/* gumbel_argmax(scores_ptr, ld, vocab, num_rows, rows_ptr, keys_ptr, scales_ptr, maxima_ptr,
+ * ldm, num_keys, out_ptr, are_probs, hints_ptr): for key i (int64 keys[i]) over float32 row
+ * rows[i] (rows_ptr 0: row i) of the num_rows rows of scores (ld floats apart), with noise
+ * scale double scales[i] (scales_ptr 0: 1), the token into int64 out[i]. maxima_ptr 0: none
  * (computed); else float32 block maxima, row r at maxima + r * ldm. are_probs: the scores
- * are probabilities and log p races (a zero never wins). Returns False where a NaN was seen
- * (out is then not to be used). */
+ * are probabilities and log p races (a zero never wins). hints_ptr 0: none; else int64
+ * hints[i], a token likely to win for key i (< 0: none): the same answer, found with less
+ * drawn where it wins. IndexError for a row outside the scores. Returns False where a NaN
+ * was seen (out is then not to be used). */
 static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[11];
-    if (!int_args(args, nargs, 11, 11, "gumbel_argmax", v)) return NULL;
+    long long v[13];
+    if (!int_args(args, nargs, 13, 13, "gumbel_argmax", v)) return NULL;
 #ifdef NATIVE_X86
     const float *scores = (const float *)(intptr_t)v[0];
-    const int64_t ld = v[1], V = v[2], ldm = v[7], num = v[8];
-    const int64_t *rows = (const int64_t *)(intptr_t)v[3];
-    const int64_t *keys = (const int64_t *)(intptr_t)v[4];
-    const double *scales = (const double *)(intptr_t)v[5];
-    const float *maxima = (const float *)(intptr_t)v[6];
-    int64_t *out = (int64_t *)(intptr_t)v[9];
+    const int64_t ld = v[1], V = v[2], num_rows = v[3], ldm = v[8], num = v[9];
+    const int64_t *rows = (const int64_t *)(intptr_t)v[4];
+    const int64_t *keys = (const int64_t *)(intptr_t)v[5];
+    const double *scales = (const double *)(intptr_t)v[6];
+    const float *maxima = (const float *)(intptr_t)v[7];
+    int64_t *out = (int64_t *)(intptr_t)v[10];
+    const int64_t *hints = (const int64_t *)(intptr_t)v[12];
+    for (int64_t i = 0; i < num; i++) {
+        const int64_t r = rows ? rows[i] : i;
+        if (r < 0 || r >= num_rows) {
+            PyErr_Format(PyExc_IndexError, "rows out of range for %lld rows of scores: %lld",
+                         (long long)num_rows, (long long)r);
+            return NULL;
+        }
+    }
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
     double *scratch = malloc((size_t)(G_SCRATCH(nb) + 1) * sizeof(double));
     if (!scratch) return PyErr_NoMemory();
     int clean = 1;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < num && clean; i++) {
-        const int64_t r = rows[i];
+        const int64_t r = rows ? rows[i] : i;
+        if (i + 1 < num) {
+            const int64_t next = rows ? rows[i + 1] : i + 1;
+            g_prefetch_row(scores + next * ld, V, maxima ? maxima + next * ldm : NULL,
+                           hints ? hints[i + 1] : -1);
+        }
         out[i] = gumbel_row(scores + r * ld, V, maxima ? maxima + r * ldm : NULL,
-                            (uint64_t)keys[i], scales[i], v[10] != 0, scratch);
+                            (uint64_t)keys[i], scales ? scales[i] : 1.0, v[11] != 0,
+                            hints ? hints[i] : -1, scratch);
         clean = out[i] != -2;
     }
     Py_END_ALLOW_THREADS
@@ -1485,26 +1589,6 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
 #endif
 }
 
-#ifdef NATIVE_X86
-/* The first index in x[0..n) holding `top` (NaN: the first NaN); n when none does. */
-__attribute__((target("avx2,fma"))) static int64_t first_at(const float *x, int64_t n, float top)
-{
-    const int want_nan = top != top;
-    const __m256 t8 = _mm256_set1_ps(top);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        const __m256 v = _mm256_loadu_ps(x + j);
-        const __m256 hit = want_nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q)
-                                    : _mm256_cmp_ps(v, t8, _CMP_EQ_OQ);
-        const int mask = _mm256_movemask_ps(hit);
-        if (mask) return j + __builtin_ctz((unsigned)mask);
-    }
-    for (; j < n; j++) {
-        if (want_nan ? x[j] != x[j] : x[j] == top) return j;
-    }
-    return n;
-}
-#endif
 
 /* argmax_rows(x_ptr, ld, rows, V, maxima_ptr, ldm, out_ptr): per row r of float32 x (ld floats
  * apart), out[r] = torch.argmax's index: the first maximum, or the first NaN where the row
@@ -1801,9 +1885,9 @@ static PyMethodDef methods[] = {
      "attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale): "
      "rotary, K/V written, causal grouped-query attention of a decode or verify chunk."},
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
-     "gumbel_argmax(scores, ld, vocab, rows, keys, scales, maxima, ldm, num_keys, out, "
-     "are_probs): the "
-     "keyed Gumbel field's argmax per key (gumbel_field.py); False where a NaN was seen."},
+     "gumbel_argmax(scores, ld, vocab, num_rows, rows, keys, scales, maxima, ldm, num_keys, "
+     "out, are_probs, hints): the keyed Gumbel field's argmax per key (gumbel_field.py); "
+     "False where a NaN was seen."},
     {"argmax_rows", (PyCFunction)(void (*)(void))argmax_rows, METH_FASTCALL,
      "argmax_rows(x, ld, rows, vocab, maxima, ldm, out): torch.argmax of each row (the first "
      "maximum, or the first NaN), through the rows' block maxima where given."},

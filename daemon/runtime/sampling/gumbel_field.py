@@ -199,26 +199,29 @@ def gumbel_argmax(
     are_probs: bool = False,
     rows: torch.Tensor | None = None,  # [N] int64 the row of `scores` each key maximises
     noise_scale: torch.Tensor | None = None,  # [N] float > 0 (raw scores only)
+    hints: torch.Tensor | None = None,  # [N] int64 a token likely to win per key, < 0: none
 ) -> torch.Tensor:
     """argmax_i (scores_i + G_i) per key, over the tokens its row does not exclude, [N] int64;
     -1 where no token is left (every score -inf). `are_probs`: the scores are probabilities,
     and log p is maximised (a zero probability is never picked). `rows` (distinct) picks the
     rows of a larger tensor without copying it; default: row n for key n. `noise_scale` s:
     argmax_i (scores_i + s G_i), the same token as argmax_i (scores_i / s + G_i): logits at
-    temperature s without dividing them. Excluded entries are masked for the search and
-    restored."""
+    temperature s without dividing them. `hints` (the verifier passes the drafts): the C
+    search offers that token's value first, which prunes the rest as hard as the answer
+    does where the hint is the answer; the answer is the same either way. Excluded entries
+    are masked for the search and restored."""
     if noise_scale is not None and are_probs:
         raise ValueError("noise_scale applies to raw scores (logits), not probabilities")
     # callers build keys, rows and masks on the host; the scores may be on a GPU
     keys = keys.to(scores.device)
     excluded, rows, noise_scale = (_on(scores, t) for t in (excluded, rows, noise_scale))
     num_keys = keys.shape[0]
-    if rows is None:
-        if scores.shape[0] != num_keys:
-            raise ValueError(f"{num_keys} keys for {scores.shape[0]} rows of scores")
-        rows = torch.arange(num_keys, device=scores.device)
+    if rows is None and scores.shape[0] != num_keys:
+        raise ValueError(f"{num_keys} keys for {scores.shape[0]} rows of scores")
     if excluded is None or not excluded.numel():
-        return _search(scores, rows, keys, are_probs, noise_scale)
+        return _search(scores, rows, keys, are_probs, noise_scale, hints)
+    if rows is None:
+        rows = torch.arange(num_keys, device=scores.device)
     if not scores.is_contiguous():  # masking in place needs rows that own their memory
         scores = scores.contiguous()
     key_index, entry = (excluded >= 0).nonzero(as_tuple=True)
@@ -229,7 +232,7 @@ def gumbel_argmax(
         saved = scores[at_rows, at_tokens]
         scores[at_rows, at_tokens] = _fill(are_probs)
         try:
-            return _search(scores, rows, keys, are_probs, noise_scale)
+            return _search(scores, rows, keys, are_probs, noise_scale, hints)
         finally:
             scores[at_rows, at_tokens] = saved
 
@@ -340,19 +343,23 @@ def _fill(are_probs: bool) -> float:
 
 def _search(
     scores: torch.Tensor,  # [R, V]
-    rows: torch.Tensor,  # [N]
+    rows: torch.Tensor | None,  # [N], None: row n for key n
     keys: torch.Tensor,  # [N]
     are_probs: bool,
     noise_scale: torch.Tensor | None,  # [N]
+    hints: torch.Tensor | None,  # [N]
 ) -> torch.Tensor:
-    found = _native_search(scores, rows, keys, are_probs, noise_scale)
-    if found is None:
-        found = _triton_search(scores, rows, keys, are_probs, noise_scale)
+    found = _native_search(scores, rows, keys, are_probs, noise_scale, hints)
     if found is not None:
         return found
     num_keys = keys.shape[0]
     vocab_size = scores.shape[-1]
     device = scores.device
+    if rows is None:
+        rows = torch.arange(num_keys, device=device)
+    found = _triton_search(scores, rows, keys, are_probs, noise_scale)
+    if found is not None:
+        return found
     sizes = _block_sizes(vocab_size, device)  # [nb]
     known = block_maxima.lookup(scores) if BLOCK == block_maxima.BLOCK else None
     if known is not None:  # the LM head's (upper bounds while excluded tokens are masked)
@@ -432,10 +439,11 @@ def _triton_search(
 
 def _native_search(
     scores: torch.Tensor,  # [R, V]
-    rows: torch.Tensor,  # [N]
+    rows: torch.Tensor | None,  # [N], None: row n for key n
     keys: torch.Tensor,  # [N]
     are_probs: bool,
     noise_scale: torch.Tensor | None,  # [N]
+    hints: torch.Tensor | None,  # [N]
 ) -> torch.Tensor | None:
     """The same search in C (_cpu_kernels.c, one call for every key: the torch search is ~100
     small ops a call), for float32 logits or probabilities on a CPU with the native kernels;
@@ -447,30 +455,37 @@ def _native_search(
     if module is None or BLOCK != block_maxima.BLOCK:
         return None
     num_keys = keys.shape[0]
-    rows = rows.to(torch.int64).contiguous()
-    if num_keys and not 0 <= int(rows.min()) <= int(rows.max()) < scores.shape[0]:
-        raise IndexError(f"rows out of range for {scores.shape[0]} rows of scores")
-    keys = keys.to(torch.int64).contiguous()
-    if noise_scale is None:
-        scale = torch.ones(num_keys, dtype=torch.float64)
-    else:
-        scale = noise_scale.to(torch.float64).contiguous()
+    # (the C call checks the rows against the scores: an IndexError where one is outside)
+    rows, keys, hints = (_int64(t) for t in (rows, keys, hints))
+    scale = None if noise_scale is None else noise_scale.to(torch.float64).contiguous()
     maxima = block_maxima.lookup_rows(scores)  # [R, nb] (logits or probabilities) or None
     out = torch.empty(num_keys, dtype=torch.int64)
     clean = module.gumbel_argmax(
         scores.data_ptr(),
         scores.stride(0),
         scores.shape[1],
-        rows.data_ptr(),
+        scores.shape[0],
+        _address(rows),
         keys.data_ptr(),
-        scale.data_ptr(),
-        0 if maxima is None else maxima.data_ptr(),
+        _address(scale),
+        _address(maxima),
         0 if maxima is None else maxima.stride(0),
         num_keys,
         out.data_ptr(),
         are_probs,
+        _address(hints),
     )
     return out if clean else None
+
+
+def _int64(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """An optional index tensor as contiguous int64 on the host (what the C calls read)."""
+    return None if tensor is None else tensor.to("cpu", torch.int64).contiguous()
+
+
+def _address(tensor: torch.Tensor | None) -> int:
+    """An optional tensor's data address for the C calls, 0 for none."""
+    return 0 if tensor is None else tensor.data_ptr()
 
 
 def _block_noise(

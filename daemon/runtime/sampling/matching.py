@@ -32,8 +32,11 @@ def target_choices(
     top_p: torch.Tensor,  # [B] float32, 1.0: off
     keys: torch.Tensor | None,  # [B, T] int64 field keys; None only when every row is greedy
     num_positions: torch.Tensor,  # [B] int64: positions each row needs (num_draft + 1)
+    hints: torch.Tensor | None = None,  # [B, T'] int64 the drafts (T' <= T), < 0: none
 ) -> torch.Tensor:
-    """[B, T] the verifier's choice at every position a row needs, -1 past them."""
+    """[B, T] the verifier's choice at every position a row needs, -1 past them. `hints`:
+    where a sampled row's draft is likely its choice (drafts coupled to the same field), the
+    search for the choice starts from it and draws less; the choices are the same."""
     num_seqs, width, vocab_size = logits.shape
     device = logits.device
     choices = torch.full((num_seqs, width), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device)
@@ -54,6 +57,11 @@ def target_choices(
         seq = rows // width
         scores = flat if flat.is_contiguous() else flat.contiguous()
         row_keys = keys.to(device).flatten()[rows]  # [N]
+        row_hints = None
+        if hints is not None:  # [B, T] with -1 where no draft sits
+            padded = torch.full((num_seqs, width), -1, dtype=torch.long)
+            padded[:, : hints.shape[1]] = hints[:, :width]
+            row_hints = padded.flatten()[rows.cpu()]  # [N]
         temps = temperature.to(device)[seq].float()  # [N]
         row_top_k, row_top_p = top_k.to(device)[seq], top_p.to(device)[seq]
         uses_top_k = (row_top_k > 0) & (row_top_k < vocab_size)
@@ -65,7 +73,11 @@ def target_choices(
         plain = (~(uses_top_k | uses_top_p)).nonzero().flatten()
         if plain.numel():
             tokens[plain] = gumbel_argmax(
-                scores, row_keys[plain], rows=rows[plain], noise_scale=temps[plain]
+                scores,
+                row_keys[plain],
+                rows=rows[plain],
+                noise_scale=temps[plain],
+                hints=None if row_hints is None else row_hints[plain.cpu()],
             )
         cut = (uses_top_k | uses_top_p).nonzero().flatten()
         if cut.numel():
@@ -73,7 +85,9 @@ def target_choices(
             picked = apply_top_k_top_p(
                 picked, row_top_k[cut], uses_top_k[cut], row_top_p[cut], uses_top_p[cut]
             )
-            tokens[cut] = gumbel_argmax(picked, row_keys[cut])
+            tokens[cut] = gumbel_argmax(
+                picked, row_keys[cut], hints=None if row_hints is None else row_hints[cut.cpu()]
+            )
         choices.view(-1)[rows] = tokens
     return choices
 
