@@ -1,56 +1,60 @@
 """Matching point-mass drafts against the verifier's own choices (sampling/matching.py)."""
 
+import pytest
 import torch
 
-from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
+from daemon.runtime.sampling.gumbel_field import field_key_run, field_keys, gumbel_argmax
 from daemon.runtime.sampling.matching import accept_matching, target_choices
+from daemon.runtime.sampling.params import SamplingParams
 
 VOCAB = 700
 
 
-def _choices(logits: torch.Tensor, greedy: list[bool], top_k: list[int], keys: torch.Tensor):
-    num_seqs, width, _ = logits.shape
-    return target_choices(
-        logits.clone(),
-        torch.tensor(greedy),
-        torch.full((num_seqs,), 0.8),
-        torch.tensor(top_k),
-        torch.ones(num_seqs),
-        keys,
-        torch.full((num_seqs,), width),
-    )
+def _sampled(top_k: int = 0, top_p: float = 1.0) -> SamplingParams:
+    return SamplingParams(temperature=0.8, top_k=top_k, top_p=top_p)
+
+
+GREEDY = SamplingParams(temperature=0.0)
 
 
 def test_each_row_chooses_by_its_own_rule_whatever_the_batch() -> None:
     gen = torch.Generator().manual_seed(3)
     logits = torch.randn(3, 2, VOCAB, generator=gen) * 3  # [B, T, V]
-    keys = field_keys([5, 6, 7, 5, 6, 7], [10, 11, 20, 21, 30, 31]).view(3, 2)
-    mixed = _choices(logits, [False, False, True], [0, 5, 0], keys)
-    alone = _choices(logits[:1], [False], [0], keys[:1])
-    assert torch.equal(mixed[0], alone[0])  # a plain row: the same next to a truncated one
-    expected = gumbel_argmax(logits[0].clone(), keys[0], noise_scale=torch.full((2,), 0.8))
-    assert torch.equal(mixed[0], expected)
+    fields = [(5, 10), (6, 20), (7, 30)]
+    mixed = target_choices(logits.clone(), [_sampled(), _sampled(5), GREEDY], [2, 2, 2], fields)
+    alone = target_choices(logits[:1].clone(), [_sampled()], [2], fields[:1])
+    assert mixed[0] == alone[0]  # a plain row: the same next to a truncated one
+    keys = field_keys([5, 5], [10, 11])
+    expected = gumbel_argmax(logits[0].clone(), keys, noise_scale=torch.full((2,), 0.8))
+    assert mixed[0] == expected.tolist()
     top5 = logits[1].topk(5, dim=-1).indices  # [T, 5]
-    assert all(int(mixed[1, t]) in top5[t].tolist() for t in range(2))  # truncated: top-5 only
-    assert torch.equal(mixed[2], logits[2].argmax(-1))  # greedy: the argmax
+    assert all(mixed[1][t] in top5[t].tolist() for t in range(2))  # truncated: top-5 only
+    assert mixed[2] == logits[2].argmax(-1).tolist()  # greedy: the argmax
 
 
-def test_rows_past_their_drafts_are_not_chosen() -> None:
+def test_rows_choose_at_the_positions_they_need_only() -> None:
     logits = torch.randn(2, 3, VOCAB, generator=torch.Generator().manual_seed(4))
-    choices = target_choices(
-        logits, torch.tensor([True, False]), torch.ones(2), torch.zeros(2, dtype=torch.long),
-        torch.ones(2), field_keys([1] * 6, list(range(6))).view(2, 3), torch.tensor([1, 3]),
-    )  # fmt: skip
-    assert choices[0, 1:].tolist() == [-1, -1] and bool((choices[1] >= 0).all())
+    choices = target_choices(logits, [GREEDY, _sampled()], [1, 3], [(1, 0), (1, 3)])
+    assert len(choices[0]) == 1 and len(choices[1]) == 3 and min(choices[1]) >= 0
+    with pytest.raises(ValueError, match="row 0 needs 4 positions of the 3 scored"):
+        target_choices(logits, [GREEDY, GREEDY], [4, 1], None)
+    with pytest.raises(ValueError, match="fields are needed where a row samples"):
+        target_choices(logits, [GREEDY, _sampled()], [1, 1], None)
+
+
+def test_keys_of_a_run_of_positions_are_the_field_keys() -> None:
+    seed = (1 << 63) - 5
+    assert field_key_run(seed, 7, 4) == field_keys([seed] * 4, [7, 8, 9, 10]).tolist()
+    with pytest.raises(ValueError, match="position must be >= 0"):
+        field_key_run(seed, -1, 2)
 
 
 def test_accept_while_drafts_equal_the_choices() -> None:
-    drafts = torch.tensor([[4, 5, 6], [4, 9, 6], [7, -1, -1], [1, 2, 3]])
-    num_draft = torch.tensor([3, 3, 1, 0])
-    choices = torch.tensor([[4, 5, 6, 8], [4, 5, 6, 8], [7, 3, -1, -1], [2, -1, -1, -1]])
-    out, num = accept_matching(drafts, num_draft, choices)
-    assert num.tolist() == [4, 2, 2, 1]
-    assert out.tolist() == [[4, 5, 6, 8], [4, 5, -1, -1], [7, 3, -1, -1], [2, -1, -1, -1]]
+    drafts = [[4, 5, 6], [4, 9, 6], [7], []]
+    choices = [[4, 5, 6, 8], [4, 5, 6, 8], [7, 3], [2]]
+    assert accept_matching(drafts, choices) == [[4, 5, 6, 8], [4, 5], [7, 3], [2]]
+    with pytest.raises(ValueError, match="2 choices for 2 drafts: one more is needed"):
+        accept_matching([[1, 2]], [[1, 2]])
 
 
 def test_hinted_choices_are_the_choices() -> None:
@@ -58,10 +62,10 @@ def test_hinted_choices_are_the_choices() -> None:
     hints, the choices are the same."""
     gen = torch.Generator().manual_seed(8)
     logits = torch.randn(4, 3, VOCAB, generator=gen) * 2  # [B, T, V]
-    keys = field_keys([1, 2, 3, 4] * 3, list(range(12))).view(4, 3)
-    args = (torch.tensor([False, False, True, False]), torch.full((4,), 0.8))
-    rest = (torch.tensor([0, 0, 0, 7]), torch.ones(4), keys, torch.full((4,), 3))
-    plain = target_choices(logits.clone(), *args, *rest)
-    wrong = (plain[:, :2] + 1) % VOCAB
-    for hints in (plain[:, :2], wrong, torch.full((4, 2), -1)):
-        assert torch.equal(target_choices(logits.clone(), *args, *rest, hints=hints), plain)
+    params = [_sampled(), _sampled(), GREEDY, _sampled(top_k=7)]
+    fields = [(1, 0), (2, 5), (3, 9), (4, 2)]
+    plain = target_choices(logits.clone(), params, [3] * 4, fields)
+    wrong = [[(c + 1) % VOCAB for c in row[:2]] for row in plain]
+    for hints in ([row[:2] for row in plain], wrong, [[], [], [], []]):
+        hinted = target_choices(logits.clone(), params, [3] * 4, fields, hints=hints)
+        assert hinted == plain

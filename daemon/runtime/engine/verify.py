@@ -44,8 +44,13 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
     max_k = max(num_draft, default=0)
     logits = logits[:, : max_k + 1]  # [B, K+1, V]
     if proposals.sparse_ids is None:  # point masses only: matched, no probabilities needed
-        out, num_out = _match(seqs, logits, drafts[:, :max_k], num_draft)
-        return _verdict(out, num_out, verify_time_s, batch.max_chunk_len)
+        emitted = _match(seqs, logits, draft_lists)
+        return Verdict(
+            emitted=emitted,
+            num_accepted=[len(e) - 1 for e in emitted],
+            verify_time_s=verify_time_s,
+            tokens_per_seq=batch.max_chunk_len,
+        )
     target_probs = _target_probs(seqs, logits)
     generators = [s.generator for s in seqs]
     num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
@@ -79,23 +84,17 @@ def _verdict(
     )
 
 
-def _match(
-    seqs: list[Sequence], logits: torch.Tensor, drafts: torch.Tensor, num_draft: list[int]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Point-mass drafts against the target's own choices (sampling/matching.py)."""
-    params = [s.request.params for s in seqs]
-    num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
+def _match(seqs: list[Sequence], logits: torch.Tensor, drafts: list[list[int]]) -> list[list[int]]:
+    """Point-mass drafts against the target's own choices (sampling/matching.py): each
+    sequence's emitted tokens."""
     choices = target_choices(
-        logits,
-        torch.tensor([p.is_greedy for p in params], dtype=torch.bool),
-        torch.tensor([p.temperature for p in params]),
-        torch.tensor([p.top_k for p in params], dtype=torch.long),
-        torch.tensor([p.top_p for p in params]),
-        _position_keys(seqs, logits.shape[1]),
-        num_draft_t + 1,
+        logits,  # [B, K+1, V]
+        [s.request.params for s in seqs],
+        [len(d) + 1 for d in drafts],
+        [(s.draft_seed, len(s.token_ids)) for s in seqs],
         hints=drafts,  # coupled drafts are usually the choices: the searches start there
-    )  # [B, K+1]
-    return accept_matching(drafts, num_draft_t, choices.cpu())
+    )
+    return accept_matching(drafts, choices)
 
 
 def _target_probs(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:

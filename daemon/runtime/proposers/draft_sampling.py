@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from daemon.runtime.host_tensors import float32_tensor
 from daemon.runtime.proposers.drafts import SparseDraw
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax, gumbel_topk
@@ -222,7 +223,7 @@ class DraftSampler:
         argmax_i (log q_i + G_i), G the field of (draft seed, position): the token the verifier
         draws there when q is its own distribution (rejection.py, coupled_bonus.py); -1 where
         every logit is -inf."""
-        temps = torch.tensor([k.temperature for k in keys])  # [A']
+        temps = float32_tensor([k.temperature for k in keys])  # [A']
         field = field_keys([k.draft_seed for k in keys], [k.position for k in keys])
         # [A'] argmax (logits / T + G) as argmax (logits + T G): no pass dividing [A', V]
         return gumbel_argmax(logits, field, noise_scale=temps).tolist()

@@ -47,7 +47,11 @@ def remember(logits: torch.Tensor, maxima: torch.Tensor) -> None:
         or logits.numel() == 0
     ):
         return
-    flat = logits.view(-1, vocab), maxima.view(-1, num_blocks)
+    flat = (
+        (logits, maxima)
+        if logits.dim() == 2
+        else (logits.view(-1, vocab), maxima.view(-1, num_blocks))
+    )
     with _lock:
         _entries.insert(0, flat)
         del _entries[SLOTS:]
@@ -90,6 +94,8 @@ def lookup(scores: torch.Tensor) -> torch.Tensor | None:
     if found is None:
         return None
     logits, maxima = found  # [R, V], [R, nb]
+    if scores is logits:  # the recorded rows themselves (a draft step's logits): no view
+        return maxima
     vocab, num_blocks = logits.shape[-1], maxima.shape[-1]
     lead_strides = scores.stride()[:-1]
     offset = scores.storage_offset()

@@ -46,9 +46,10 @@ import math
 import torch
 
 from daemon.runtime.device import triton_enabled
+from daemon.runtime.host_tensors import int64_tensor
 from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
-from daemon.runtime.sampling.keyed_random import GOLDEN_GAMMA, MASK64, mix64
+from daemon.runtime.sampling.keyed_random import GOLDEN_GAMMA, MASK64, MIX1, MIX2, mix64
 
 BLOCK = 64  # tokens per block of the field
 SUPER = 32  # blocks per superblock (2,048 tokens)
@@ -65,8 +66,8 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-_MUL1 = _signed(0xBF58476D1CE4E5B9)
-_MUL2 = _signed(0x94D049BB133111EB)
+_MUL1 = _signed(MIX1)
+_MUL2 = _signed(MIX2)
 _GAMMA = _signed(GOLDEN_GAMMA)
 _ARGMAX_SALT = _signed(ARGMAX_SALT)
 _ENTRY_SALT = _signed(ENTRY_SALT)
@@ -83,8 +84,24 @@ def field_key(seed: int, position: int) -> int:
 
 def field_keys(seeds: list[int], positions: list[int]) -> torch.Tensor:
     """[N] int64 keys, one per (seed, position) pair."""
-    keys = [field_key(s, p) for s, p in zip(seeds, positions, strict=True)]
-    return torch.tensor(keys, dtype=torch.int64)
+    return int64_tensor([field_key(s, p) for s, p in zip(seeds, positions, strict=True)])
+
+
+def field_key_run(seed: int, position: int, count: int) -> list[int]:
+    """`field_key(seed, position + j)` for j < count: a sequence's keys at consecutive
+    positions (a verify pass needs one for each draft of each sequence), mix64 inlined."""
+    if position < 0:
+        raise ValueError(f"position must be >= 0, got {position}")
+    keys = []
+    word = (seed ^ FIELD_SALT) + (position + 1) * GOLDEN_GAMMA
+    for _ in range(count):
+        z = word & MASK64
+        z = ((z ^ (z >> 30)) * MIX1) & MASK64
+        z = ((z ^ (z >> 27)) * MIX2) & MASK64
+        z ^= z >> 31
+        keys.append(z - (1 << 64) if z >> 63 else z)
+        word += GOLDEN_GAMMA
+    return keys
 
 
 def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
@@ -213,8 +230,9 @@ def gumbel_argmax(
     if noise_scale is not None and are_probs:
         raise ValueError("noise_scale applies to raw scores (logits), not probabilities")
     # callers build keys, rows and masks on the host; the scores may be on a GPU
-    keys = keys.to(scores.device)
-    excluded, rows, noise_scale = (_on(scores, t) for t in (excluded, rows, noise_scale))
+    if scores.device.type != "cpu":
+        keys = keys.to(scores.device)
+        excluded, rows, noise_scale = (_on(scores, t) for t in (excluded, rows, noise_scale))
     num_keys = keys.shape[0]
     if rows is None and scores.shape[0] != num_keys:
         raise ValueError(f"{num_keys} keys for {scores.shape[0]} rows of scores")
@@ -480,7 +498,9 @@ def _native_search(
 
 def _int64(tensor: torch.Tensor | None) -> torch.Tensor | None:
     """An optional index tensor as contiguous int64 on the host (what the C calls read)."""
-    return None if tensor is None else tensor.to("cpu", torch.int64).contiguous()
+    if tensor is None or (tensor.dtype == torch.int64 and tensor.is_contiguous()):
+        return tensor  # (on the host: the C search runs for host scores only)
+    return tensor.to("cpu", torch.int64).contiguous()
 
 
 def _address(tensor: torch.Tensor | None) -> int:

@@ -32,13 +32,14 @@ MASK64 = (1 << 64) - 1
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment (2^64 / golden ratio, odd)
 DRAFT_SEED_SALT = 0xD6E8FEB86659FD93  # separates a request's draft stream from its own seed
 MAX_SEED = (1 << 63) - 1
+MIX1, MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # SplitMix64's finaliser's multipliers
 
 
 def mix64(value: int) -> int:
     """SplitMix64's finaliser: a bijection of 64-bit integers with full avalanche."""
     z = value & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    z = ((z ^ (z >> 30)) * MIX1) & MASK64
+    z = ((z ^ (z >> 27)) * MIX2) & MASK64
     return z ^ (z >> 31)
 
 

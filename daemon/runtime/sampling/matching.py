@@ -16,9 +16,11 @@ residual and the inverse CDF, which at a real vocabulary are most of a round's s
 
 import torch
 
+from daemon.runtime.host_tensors import float32_tensor, int64_tensor
 from daemon.runtime.sampling.argmax import argmax_last
-from daemon.runtime.sampling.gumbel_field import gumbel_argmax
+from daemon.runtime.sampling.gumbel_field import field_key_run, gumbel_argmax
 from daemon.runtime.sampling.logits import apply_top_k_top_p
+from daemon.runtime.sampling.params import SamplingParams
 
 PLACEHOLDER_TOKEN_ID = -1
 
@@ -26,88 +28,105 @@ PLACEHOLDER_TOKEN_ID = -1
 @torch.inference_mode()
 def target_choices(
     logits: torch.Tensor,  # [B, T, V] float32 (left as they were)
-    is_greedy: torch.Tensor,  # [B] bool
-    temperature: torch.Tensor,  # [B] float32 (read for sampled rows)
-    top_k: torch.Tensor,  # [B] int64, 0: off
-    top_p: torch.Tensor,  # [B] float32, 1.0: off
-    keys: torch.Tensor | None,  # [B, T] int64 field keys; None only when every row is greedy
-    num_positions: torch.Tensor,  # [B] int64: positions each row needs (num_draft + 1)
-    hints: torch.Tensor | None = None,  # [B, T'] int64 the drafts (T' <= T), < 0: none
-) -> torch.Tensor:
-    """[B, T] the verifier's choice at every position a row needs, -1 past them. `hints`:
-    where a sampled row's draft is likely its choice (drafts coupled to the same field), the
-    search for the choice starts from it and draws less; the choices are the same."""
+    params: list[SamplingParams],  # [B] each row's rule
+    num_positions: list[int],  # [B] positions each row needs (num_draft + 1), <= T
+    fields: list[tuple[int, int]] | None,  # [B] (draft seed, absolute position of column 0)
+    hints: list[list[int]] | None = None,  # [B] the drafts (column t's at hints[b][t])
+) -> list[list[int]]:
+    """[B][num_positions[b]] the verifier's choice at every position a row needs. A greedy row
+    takes the argmax; a sampled row the Gumbel-max with the field of (draft seed, position),
+    as argmax (logits + T G) = argmax (logits / T + G), the logits left alone, or over a copy
+    of its logits / T with the truncated tokens at -inf where it uses top-k or top-p: each
+    row by its own rule whatever else is in the batch. `fields` is needed where a row samples.
+    `hints`: where a sampled row's draft is likely its choice (drafts coupled to the same
+    field), the search for the choice starts from it and draws less; the choices are the
+    same. The rows are gathered on the host: one tensor each for their indices, keys,
+    temperatures and hints, a search for each rule, one read of the choices back."""
     num_seqs, width, vocab_size = logits.shape
-    device = logits.device
-    choices = torch.full((num_seqs, width), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device)
-    # [B, T] positions a row's verdict can reach
-    needed = torch.arange(width, device=device) < num_positions.to(device).unsqueeze(-1)
-    greedy = is_greedy.to(device).unsqueeze(-1) & needed
-    sampled = ~is_greedy.to(device).unsqueeze(-1) & needed
     flat = logits.reshape(num_seqs * width, vocab_size)  # a view for the model's logits
-    if bool(greedy.any()):
-        rows = greedy.flatten().nonzero().flatten()
+    choices = [[PLACEHOLDER_TOKEN_ID] * n for n in num_positions]
+    greedy: list[tuple[int, int]] = []  # (row, column) cells by rule
+    plain: list[tuple[int, int]] = []
+    cut: list[tuple[int, int]] = []
+    for b, (p, n) in enumerate(zip(params, num_positions, strict=True)):
+        if not 0 <= n <= width:
+            raise ValueError(f"row {b} needs {n} positions of the {width} scored")
+        cells = [(b, t) for t in range(n)]
+        if p.is_greedy:
+            greedy += cells
+        elif 0 < p.top_k < vocab_size or p.top_p < 1.0:
+            cut += cells
+        else:
+            plain += cells
+    if greedy:
+        rows = int64_tensor([b * width + t for b, t in greedy]).to(logits.device)
         # most rows: one pass over all of them beats copying those needed first
-        most = 2 * rows.numel() >= flat.shape[0]
-        choices.view(-1)[rows] = argmax_last(flat)[rows] if most else argmax_last(flat[rows])
-    if bool(sampled.any()):
-        if keys is None:
-            raise ValueError("keys are needed where a row samples")
-        rows = sampled.flatten().nonzero().flatten()  # [N]
-        seq = rows // width
-        scores = flat if flat.is_contiguous() else flat.contiguous()
-        row_keys = keys.to(device).flatten()[rows]  # [N]
-        row_hints = None
-        if hints is not None:  # [B, T] with -1 where no draft sits
-            padded = torch.full((num_seqs, width), -1, dtype=torch.long)
-            padded[:, : hints.shape[1]] = hints[:, :width]
-            row_hints = padded.flatten()[rows.cpu()]  # [N]
-        temps = temperature.to(device)[seq].float()  # [N]
-        row_top_k, row_top_p = top_k.to(device)[seq], top_p.to(device)[seq]
-        uses_top_k = (row_top_k > 0) & (row_top_k < vocab_size)
-        uses_top_p = row_top_p < 1.0
-        # each row by one rule whatever else is in the batch: a plain row as
-        # argmax (logits + T G) = argmax (logits / T + G), the logits left alone; a truncated
-        # row over a copy of its logits / T with the truncated tokens at -inf
-        tokens = torch.empty_like(rows)
-        plain = (~(uses_top_k | uses_top_p)).nonzero().flatten()
-        if plain.numel():
-            tokens[plain] = gumbel_argmax(
-                scores,
-                row_keys[plain],
-                rows=rows[plain],
-                noise_scale=temps[plain],
-                hints=None if row_hints is None else row_hints[plain.cpu()],
+        most = 2 * len(greedy) >= flat.shape[0]
+        picked = argmax_last(flat)[rows] if most else argmax_last(flat[rows])
+        _fill(choices, greedy, picked.tolist())
+    if not (plain or cut):
+        return choices
+    if fields is None:
+        raise ValueError("fields are needed where a row samples")
+    scores = flat if flat.is_contiguous() else flat.contiguous()
+    for cells, truncated in ((plain, False), (cut, True)):
+        if not cells:
+            continue
+        keys = int64_tensor(_cell_keys(cells, fields))  # [N]
+        temps = float32_tensor([params[b].temperature for b, _ in cells])  # [N]
+        cell_hints = None
+        if hints is not None:
+            cell_hints = int64_tensor(
+                [hints[b][t] if t < len(hints[b]) else -1 for b, t in cells]
+            )  # [N]
+        rows = int64_tensor([b * width + t for b, t in cells]).to(logits.device)  # [N]
+        if not truncated:
+            picked = gumbel_argmax(scores, keys, rows=rows, noise_scale=temps, hints=cell_hints)
+        else:
+            seq = [b for b, _ in cells]
+            scaled = scores[rows] / temps.to(logits.device).unsqueeze(-1)  # [N, V]
+            top_k = torch.tensor([params[b].top_k for b in seq], device=logits.device)
+            top_p = torch.tensor([params[b].top_p for b in seq], device=logits.device)
+            scaled = apply_top_k_top_p(
+                scaled, top_k, (top_k > 0) & (top_k < vocab_size), top_p, top_p < 1.0
             )
-        cut = (uses_top_k | uses_top_p).nonzero().flatten()
-        if cut.numel():
-            picked = scores[rows[cut]] / temps[cut].unsqueeze(-1)  # [C, V]
-            picked = apply_top_k_top_p(
-                picked, row_top_k[cut], uses_top_k[cut], row_top_p[cut], uses_top_p[cut]
-            )
-            tokens[cut] = gumbel_argmax(
-                picked, row_keys[cut], hints=None if row_hints is None else row_hints[cut.cpu()]
-            )
-        choices.view(-1)[rows] = tokens
+            picked = gumbel_argmax(scaled, keys, hints=cell_hints)
+        _fill(choices, cells, picked.tolist())
     return choices
 
 
-def accept_matching(
-    draft_token_ids: torch.Tensor,  # [B, K] int64, PLACEHOLDER_TOKEN_ID past num_draft
-    num_draft_tokens: torch.Tensor,  # [B] int64
-    choices: torch.Tensor,  # [B, K+1] int64 the verifier's choice at every needed position
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Accept while draft == choice; then the choice where the drafts stop. Returns
-    output_token_ids [B, K+1] (placeholders after the emitted token) and num_output [B]."""
-    max_k = draft_token_ids.shape[1]
-    device = draft_token_ids.device
-    positions = torch.arange(max_k + 1, device=device)
-    is_real = positions[:max_k] < num_draft_tokens.unsqueeze(-1)  # [B, K]
-    accept = (draft_token_ids == choices[:, :max_k]) & is_real
-    num_accepted = accept.long().cumprod(dim=-1).sum(dim=-1)  # [B]
-    token = choices.gather(1, num_accepted.unsqueeze(-1))  # [B, 1]
-    output = torch.where(
-        positions < num_accepted.unsqueeze(-1), choices, PLACEHOLDER_TOKEN_ID
-    )  # [B, K+1]: the accepted drafts equal the choices there
-    output.scatter_(1, num_accepted.unsqueeze(-1), token)
-    return output, num_accepted + 1
+def _cell_keys(cells: list[tuple[int, int]], fields: list[tuple[int, int]]) -> list[int]:
+    """The field key of every (row, column) cell, cells of a row consecutive and in order."""
+    keys: list[int] = []
+    at = 0
+    while at < len(cells):
+        b = cells[at][0]
+        end = at
+        while end < len(cells) and cells[end][0] == b:
+            end += 1
+        seed, start = fields[b]
+        keys += field_key_run(seed, start + cells[at][1], end - at)
+        at = end
+    return keys
+
+
+def _fill(choices: list[list[int]], cells: list[tuple[int, int]], tokens: list[int]) -> None:
+    for (b, t), token in zip(cells, tokens, strict=True):
+        choices[b][t] = token
+
+
+def accept_matching(drafts: list[list[int]], choices: list[list[int]]) -> list[list[int]]:
+    """Accept while a row's drafts equal its choices; then its choice where they stop (or
+    after the last: the bonus). Returns each row's emitted tokens (the accepted drafts, which
+    equal the choices there, then that choice)."""
+    emitted = []
+    for row_drafts, row_choices in zip(drafts, choices, strict=True):
+        if len(row_choices) < len(row_drafts) + 1:
+            raise ValueError(
+                f"{len(row_choices)} choices for {len(row_drafts)} drafts: one more is needed"
+            )
+        n = 0
+        while n < len(row_drafts) and row_drafts[n] == row_choices[n]:
+            n += 1
+        emitted.append(row_choices[: n + 1])
+    return emitted
