@@ -1066,8 +1066,8 @@ __attribute__((target("avx2,fma"))) static double g_one_block(uint64_t key, int6
  * Only what holds a bound past the answer is drawn. maxima: the row's block maxima (or
  * NULL: computed here); scratch: G_SCRATCH(nb) 8-byte words. are_probs: the scores are
  * probabilities, log p races. hint: a token likely to win (< 0: none), its value offered
- * first: the same answer, with less drawn where it wins. Returns the token (-1: every score -inf), or -2 where a NaN
- * was seen (the caller's torch search decides then). */
+ * first: the same answer, with less drawn where it wins. Returns the token (-1: every score
+ * -inf), or -2 where a NaN was seen (the caller's torch search decides then). */
 __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *scores, int64_t V,
                                                              const float *maxima, uint64_t key,
                                                              double scale, int are_probs,
@@ -1599,7 +1599,6 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
     return not_built("gumbel_argmax");
 #endif
 }
-
 
 /* argmax_rows(x_ptr, ld, rows, V, maxima_ptr, ldm, out_ptr): per row r of float32 x (ld floats
  * apart), out[r] = torch.argmax's index: the first maximum, or the first NaN where the row

@@ -474,7 +474,8 @@ def _native_search(
         return None
     num_keys = keys.shape[0]
     # (the C call checks the rows against the scores: an IndexError where one is outside)
-    rows, keys, hints = (_int64(t) for t in (rows, keys, hints))
+    keys = _int64(keys)
+    rows, hints = (None if t is None else _int64(t) for t in (rows, hints))
     scale = None if noise_scale is None else noise_scale.to(torch.float64).contiguous()
     maxima = block_maxima.lookup_rows(scores)  # [R, nb] (logits or probabilities) or None
     out = torch.empty(num_keys, dtype=torch.int64)
@@ -496,9 +497,9 @@ def _native_search(
     return out if clean else None
 
 
-def _int64(tensor: torch.Tensor | None) -> torch.Tensor | None:
-    """An optional index tensor as contiguous int64 on the host (what the C calls read)."""
-    if tensor is None or (tensor.dtype == torch.int64 and tensor.is_contiguous()):
+def _int64(tensor: torch.Tensor) -> torch.Tensor:
+    """An index tensor as contiguous int64 on the host (what the C calls read)."""
+    if tensor.dtype == torch.int64 and tensor.is_contiguous():
         return tensor  # (on the host: the C search runs for host scores only)
     return tensor.to("cpu", torch.int64).contiguous()
 
