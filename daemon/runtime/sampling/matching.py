@@ -72,7 +72,7 @@ def target_choices(
     for cells, truncated in ((plain, False), (cut, True)):
         if not cells:
             continue
-        keys = int64_tensor(_cell_keys(cells, fields))  # [N]
+        keys = int64_tensor(_cell_keys(cells, fields, num_positions))  # [N]
         temps = float32_tensor([params[b].temperature for b, _ in cells])  # [N]
         cell_hints = None
         if hints is not None:
@@ -95,18 +95,15 @@ def target_choices(
     return choices
 
 
-def _cell_keys(cells: list[tuple[int, int]], fields: list[tuple[int, int]]) -> list[int]:
-    """The field key of every (row, column) cell, cells of a row consecutive and in order."""
+def _cell_keys(
+    cells: list[tuple[int, int]], fields: list[tuple[int, int]], num_positions: list[int]
+) -> list[int]:
+    """The field key of every (row, column) cell: a row's cells are its columns 0 .. n - 1, in
+    order, one run of positions each."""
     keys: list[int] = []
-    at = 0
-    while at < len(cells):
-        b = cells[at][0]
-        end = at
-        while end < len(cells) and cells[end][0] == b:
-            end += 1
+    for b in dict.fromkeys(b for b, _ in cells):  # the rows, in order
         seed, start = fields[b]
-        keys += field_key_run(seed, start + cells[at][1], end - at)
-        at = end
+        keys += field_key_run(seed, start, num_positions[b])
     return keys
 
 
