@@ -45,12 +45,7 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
     logits = logits[:, : max_k + 1]  # [B, K+1, V]
     if proposals.sparse_ids is None:  # point masses only: matched, no probabilities needed
         emitted = _match(seqs, logits, draft_lists)
-        return Verdict(
-            emitted=emitted,
-            num_accepted=[len(e) - 1 for e in emitted],
-            verify_time_s=verify_time_s,
-            tokens_per_seq=batch.max_chunk_len,
-        )
+        return _verdict(emitted, verify_time_s, batch.max_chunk_len)
     target_probs = _target_probs(seqs, logits)
     generators = [s.generator for s in seqs]
     num_draft_t = torch.tensor(num_draft, dtype=torch.long)  # [B]
@@ -69,16 +64,16 @@ def verify(target: CausalLM, seqs: list[Sequence], proposals: Proposals) -> Verd
         _position_keys(seqs, max_k),
         _bonus_keys(seqs, num_draft),
     )
-    return _verdict(out, num_out, verify_time_s, batch.max_chunk_len)
-
-
-def _verdict(
-    out: torch.Tensor, num_out: torch.Tensor, verify_time_s: float, tokens_per_seq: int
-) -> Verdict:
     out_lists, counts = out.tolist(), num_out.tolist()
+    emitted = [row[:n] for row, n in zip(out_lists, counts, strict=True)]
+    return _verdict(emitted, verify_time_s, batch.max_chunk_len)
+
+
+def _verdict(emitted: list[list[int]], verify_time_s: float, tokens_per_seq: int) -> Verdict:
+    """Each sequence's emitted tokens: its accepted drafts, then one token of its own."""
     return Verdict(
-        emitted=[row[:n] for row, n in zip(out_lists, counts, strict=True)],
-        num_accepted=[n - 1 for n in counts],
+        emitted=emitted,
+        num_accepted=[len(e) - 1 for e in emitted],
         verify_time_s=verify_time_s,
         tokens_per_seq=tokens_per_seq,
     )
