@@ -20,7 +20,12 @@ is confident); `--max-listed` lets a sequence widen its lists up to that many to
 verifier rejects its tail drafts (proposers/tail_verdicts.py); the table shows the tokens
 listed per sampled draft and the bytes that makes.
 Width 0 is coupled drafting (the token alone, matched against the verifier's own draw with
-the same Gumbel field); by default the bench compares it with the default width.
+the same Gumbel field); by default the bench compares it with the default width. Width `auto`
+is what the engine does by default: the default width measured against coupled drafts, the
+faster kept (engine/proposal_chooser.py); the row says which share of rounds went coupled.
+
+    python -m bench.vocab_bench --temperatures 0.7,1.0 --sparse-top-k 32,0,auto --rounds 96
+    python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32,0,auto
 On `--device cuda` the draft's forwards are timed to the device's completion (a synchronize
 after each), so the split between forwards and the rest is the device's, not the launches'.
 """
@@ -56,6 +61,7 @@ from specctl.demo_pair import DEMO_PROMPTS_CODE, require_demo_pair
 from tests.tiny_models import make_tiny_checkpoint
 
 QWEN_VOCAB = 151_936
+CHOOSER_WARMUP_ROUNDS = 24  # the chooser measures each form 8 rounds before it chooses
 PROMPT_LEN = 16
 
 
@@ -86,9 +92,12 @@ class ListedCounter:
         self._propose = proposer.propose
         proposer.propose = self._counting  # type: ignore[method-assign]
         self.total = self.drafts = 0
+        self.rounds = self.coupled_rounds = 0  # proposing rounds; those asked for coupled drafts
 
     def _counting(self, request: ProposeRequest) -> Proposals:
         proposals = self._propose(request)
+        self.rounds += 1
+        self.coupled_rounds += int(request.coupled)
         if proposals.sparse_probs is not None and proposals.sparse_tail is not None:
             listed = (proposals.sparse_probs > 0).sum(dim=-1)  # [B, K]
             sampled = (listed > 0) | (proposals.sparse_tail > 0)
@@ -98,6 +107,11 @@ class ListedCounter:
 
     def reset(self) -> None:
         self.total = self.drafts = 0
+        self.rounds = self.coupled_rounds = 0
+
+    @property
+    def coupled_share(self) -> float:
+        return self.coupled_rounds / self.rounds if self.rounds else 0.0
 
     @property
     def mean(self) -> float:
@@ -131,9 +145,13 @@ def run_mode(
     sparse_top_k: int,
     sparse_mass: float = 1.0,
     max_listed: int | None = None,
+    choose: bool = False,
 ) -> VocabResult:
     """One engine run, every prompt at once (batch = len(prompts)); rows widen their lists up
-    to max_listed tokens (proposers/tail_verdicts.py; None: they do not)."""
+    to max_listed tokens (proposers/tail_verdicts.py; None: they do not). `choose`: the engine
+    measures the listed proposals against coupled drafts and keeps the faster
+    (engine/proposal_chooser.py); its warm-up then runs CHOOSER_WARMUP_ROUNDS rounds, in which
+    it measures both (as a server has after its first requests); else they are listed."""
     batch = len(prompts)
     params = SamplingParams(temperature=temperature, max_tokens=rounds * (k + 1), ignore_eos=True)
     seed = 1234 if temperature > 0 else None
@@ -143,6 +161,7 @@ def run_mode(
         draft_sparse_top_k=sparse_top_k,
         draft_sparse_mass=sparse_mass,
         draft_sparse_max_listed=max_listed,
+        choose_proposal=choose,
     )
     proposer = DraftModelProposer(
         draft,  # type: ignore[arg-type]
@@ -161,7 +180,10 @@ def run_mode(
             for i, p in enumerate(prompts)
         ]
 
-    warm = SamplingParams(temperature=temperature, max_tokens=2 * (k + 1), ignore_eos=True)
+    warm_rounds = CHOOSER_WARMUP_ROUNDS if choose else 2
+    warm = SamplingParams(
+        temperature=temperature, max_tokens=warm_rounds * (k + 1), ignore_eos=True
+    )
     engine.generate(Request(f"w{i}", p, warm) for i, p in enumerate(prompts))
     engine.stats = EngineStats()
     draft.forward_s = 0.0
@@ -176,22 +198,24 @@ def run_mode(
     mode = "greedy" if temperature == 0 else f"T={temperature:g}"
     if temperature > 0:
         mode += ", coupled" if sparse_top_k == 0 else f", top-{sparse_top_k}+tail"
+        mode += f" or coupled, measured ({listed.coupled_share:.0%} coupled)" if choose else ""
     mode += f", mass {sparse_mass:g}" if temperature > 0 and sparse_mass < 1.0 else ""
     widens = temperature > 0 and proposer.sampler.max_listed > sparse_top_k
     mode += f", widening to {proposer.sampler.max_listed}" if widens else ""
     sampled = temperature > 0
     wire_bytes = None
     if sparse_top_k <= MAX_LISTED or not sampled:
-        wire_bytes = round(
-            bytes_per_round_per_seq(
-                context_len=PROMPT_LEN,
-                k=k,
-                # as many as were listed (coupled drafts: none, the token alone)
-                sparse_top_k=0 if sparse_top_k == 0 else max(1, round(listed.mean)),
-                sampled=sampled,
+
+        def wire(width: int) -> float:
+            return bytes_per_round_per_seq(
+                context_len=PROMPT_LEN, k=k, sparse_top_k=width, sampled=sampled,
                 vocab_size=target.vocab_size,
-            )
-        )
+            )  # fmt: skip
+
+        # as many as were listed (coupled drafts: none, the token alone), in their share
+        share = 1.0 if sparse_top_k == 0 else listed.coupled_share
+        listed_bytes = wire(max(1, round(listed.mean))) if share < 1.0 else 0.0
+        wire_bytes = round(share * wire(0) + (1.0 - share) * listed_bytes)
     return VocabResult(
         mode=mode,
         rounds=stats.num_rounds,
@@ -249,7 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sparse-top-k", default=f"{EngineConfig().draft_sparse_top_k},0",
         help="comma-separated proposal widths to compare (above 4095: local drafters only; "
-        "0: coupled drafting, the token alone)",
+        "0: coupled drafting, the token alone; auto: the default width measured against "
+        "coupled drafts by the engine, which keeps the faster)",
     )  # fmt: skip
     parser.add_argument(
         "--sparse-mass", default="1.0",
@@ -268,7 +293,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(problem)
     torch.set_num_threads(args.threads)
     console = make_console()
-    widths = [int(w) for w in args.sparse_top_k.split(",")]
+    default_width = EngineConfig().draft_sparse_top_k
+    # (width, whether the engine measures it against coupled drafts)
+    widths = [
+        (default_width, True) if w == "auto" else (int(w), False)
+        for w in args.sparse_top_k.split(",")
+    ]
     masses = [float(m) for m in args.sparse_mass.split(",")]
     temperatures = [float(t) for t in args.temperatures.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -302,9 +332,10 @@ def main(argv: list[str] | None = None) -> None:
                 w,
                 m,
                 max_listed=max(w, args.max_listed) if args.max_listed and w else None,
+                choose=choose,
             )
             for t in temperatures
-            for w in (widths if t > 0 else widths[:1])
+            for w, choose in (widths if t > 0 else widths[:1])
             for m in (masses if t > 0 and w > 0 else masses[:1])
         ]
     console.print(results_table(results, f"{title}, {args.device}, {args.threads} thread(s)"))

@@ -29,6 +29,8 @@ class VerifierSpec:
     sparse_mass: float = 1.0  # ...and no more than cover this much of its mass
     # a row's list widens up to this when tail drafts are rejected (None: never)
     sparse_max_listed: int | None = None
+    # sampled rows: listed proposals measured against coupled drafts, the faster kept
+    choose_proposal: bool = True
     num_threads: int | None = None  # torch intra-op threads in the shard process
     tensor_parallel_size: int = 1  # the target over this many ranks (this shard is rank 0)
     tp_timeout_s: float = DEFAULT_TIMEOUT_S  # bound on every collective of the group

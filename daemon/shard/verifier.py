@@ -116,6 +116,7 @@ class VerifierShard:
             draft_sparse_top_k=spec.sparse_top_k,
             draft_sparse_mass=spec.sparse_mass,
             draft_sparse_max_listed=spec.sparse_max_listed,
+            choose_proposal=spec.choose_proposal,
         )
         tp = self._join_group()
         with left_on_failure(tp):

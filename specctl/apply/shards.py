@@ -180,6 +180,9 @@ def _verifier(
         spec.sparse_top_k = speculation.proposal_tokens
         spec.sparse_mass = speculation.proposal_mass
         spec.sparse_max_listed = speculation.proposal_max_tokens
+    # the verifier's chooser asks for coupled drafts now and then: only of lists (a remote
+    # drafter's width stays its shard's, so that changing it redeploys the drafter alone)
+    spec.choose_proposal = speculation.choose_proposal and speculation.proposal_tokens > 0
     loaded = asdict(spec)
     live = {k: loaded.pop(k) for k in ("num_speculative_tokens", "adaptive")}
     # a replaced stage is a new actor: the verifier holding the old one is replaced with it

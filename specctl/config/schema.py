@@ -193,6 +193,14 @@ class SpeculationSpec(_Section):
         ),
     )  # fmt: skip
 
+    choose_proposal: bool = Field(
+        True,
+        description=(
+            "sampled requests: measure listed proposals (proposal_tokens > 0) against coupled "
+            "drafts (the token alone) per batch size and keep the faster; false: always listed"
+        ),
+    )
+
     @model_validator(mode="after")
     def _k_or_adaptive(self) -> "SpeculationSpec":
         if self.adaptive and self.k is not None:

@@ -83,3 +83,21 @@ def test_a_list_that_cannot_widen_from_its_base_is_a_clear_error(tmp_path: Path)
     message = str(caught.value.issues[0])
     assert "deployment.speculation" in message
     assert "proposal_max_tokens (32) must be >= proposal_tokens (64)" in message
+
+
+def test_the_proposal_choice_reaches_the_verifier(tmp_path: Path) -> None:
+    """The verifier measures listed proposals against coupled drafts by default, wherever the
+    drafter runs; `choose_proposal = false`, or nothing listed to choose against, turns it off."""
+    for name in "abcd":
+        (tmp_path / name).mkdir()
+    assert _shards(tmp_path / "a", WITH_PROPOSALS)["verifier"].choose_proposal  # type: ignore[attr-defined]
+    off = replace_line(
+        WITH_PROPOSALS, "proposal_mass = 0.9", "proposal_mass = 0.9\nchoose_proposal = false"
+    )
+    assert not _shards(tmp_path / "b", off)["verifier"].choose_proposal  # type: ignore[attr-defined]
+    coupled = replace_line(
+        RUNNABLE, 'mode = "overlapped"', 'mode = "overlapped"\nproposal_tokens = 0'
+    )
+    assert not _shards(tmp_path / "c", coupled)["verifier"].choose_proposal  # type: ignore[attr-defined]
+    colocated = replace_line(off, 'node = "rtx5090"', 'node = "spark"')
+    assert not _shards(tmp_path / "d", colocated)["verifier"].choose_proposal  # type: ignore[attr-defined]

@@ -20,6 +20,9 @@ class EngineConfig:
     # a row's list widens up to this many tokens while the verifier rejects the drafts drawn
     # from the tail (proposers/tail_verdicts.py); None: draft_sparse_top_k (no widening)
     draft_sparse_max_listed: int | None = None
+    # with listed proposals (draft_sparse_top_k > 0): measure them against coupled drafts for
+    # sampled rows and keep the faster, per batch size (engine/proposal_chooser.py)
+    choose_proposal: bool = True
     # prompt tokens prefilled together in one padded pass; None: the device's default
     # (model.batch.prefill_budget: 512 on a CPU, 8192 on a GPU)
     max_prefill_tokens: int | None = None

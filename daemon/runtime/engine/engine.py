@@ -13,6 +13,7 @@ from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
 from daemon.runtime.engine.graphs_ahead import capture_graphs_ahead
 from daemon.runtime.engine.prefill import prefill
+from daemon.runtime.engine.proposal_chooser import ProposalChooser
 from daemon.runtime.engine.request import Request, RequestDelta, RequestOutput
 from daemon.runtime.engine.scheduler import Scheduler
 from daemon.runtime.engine.sequence import Sequence
@@ -85,6 +86,13 @@ class SpecEngine:
         self._ended_waiting: list[RequestDelta] = []  # aborted before they started
         self._admitting: list[Sequence] = []  # being prefilled (their slots are taken)
         self._drafted = False  # a drafting round has run (its time: _learn_draft_cost)
+        # listed proposals or coupled drafts for sampled rows, measured (None: as configured)
+        self.chooser = (
+            ProposalChooser()
+            if proposer is not None and config.choose_proposal and config.draft_sparse_top_k > 0
+            else None
+        )
+        self._measured_form: bool | None = None  # the round's form, where the chooser learns
         # before the first request: no sequence is live (capture writes placeholder K/V)
         self.graph_capture = capture_graphs_ahead(target, proposer, config.max_batch_size, k)
         _freeze_startup_heap()
@@ -149,6 +157,7 @@ class SpecEngine:
             draft_sparse_top_k=self.config.draft_sparse_top_k,
             draft_sparse_mass=self.config.draft_sparse_mass,
             draft_sparse_max_listed=self.config.draft_sparse_max_listed,
+            choose_proposal=self.config.choose_proposal,
             max_prefill_tokens=self.config.max_prefill_tokens,
         )
         costs = self.controller.costs
@@ -235,7 +244,18 @@ class SpecEngine:
                 out.deltas.append(delta)
         out.finished = self._retire()
         stats.step_time_s = time.perf_counter() - start
-        if stats.batch_size and not stats.num_prefill_seqs:
+        exploring = False
+        if self.chooser is not None and self._measured_form is not None:
+            if not stats.num_prefill_seqs:  # a prefill's time says nothing of the form's
+                exploring = self._measured_form != self.chooser.form(stats.batch_size)
+                self.chooser.observe(
+                    stats.batch_size,
+                    self._measured_form,
+                    stats.num_emitted_tokens,
+                    stats.step_time_s,
+                )
+            self._measured_form = None
+        if stats.batch_size and not stats.num_prefill_seqs and not exploring:
             self.controller.costs.record_overhead(
                 stats.batch_size, stats.speculation_len, stats.overhead_time_s
             )
@@ -277,12 +297,13 @@ class SpecEngine:
 
     def _round(self, seqs: list[Sequence], stats: RoundStats) -> None:
         ks = self.controller.choose([s.acceptance for s in seqs], [self._k_limit(s) for s in seqs])
-        proposals = self._propose(seqs, ks)
-        verdict = verify(self.target, seqs, proposals)
         batch = len(seqs)
+        coupled, exploring = self._proposal_form(seqs, ks)
+        proposals = self._propose(seqs, ks, coupled)
+        verdict = verify(self.target, seqs, proposals)
         self.controller.costs.record_verify(batch, verdict.tokens_per_seq, verdict.verify_time_s)
         max_k = max(proposals.num_draft_tokens, default=0)
-        if max_k:
+        if max_k and not exploring:  # the other form's drafting costs what it costs
             caught_up = all(s.drafter_in_step for s, k in zip(seqs, ks, strict=True) if k)
             self._learn_draft_cost(batch, max_k, proposals.draft_time_s, caught_up)
         for seq, num_draft in zip(seqs, proposals.num_draft_tokens, strict=True):
@@ -294,6 +315,22 @@ class SpecEngine:
             seqs, proposals.num_draft_tokens, verdict.num_accepted, verdict.emitted, strict=True
         ):
             self._commit(seq, num_draft, num_acc, emitted, stats)
+
+    def _proposal_form(self, seqs: list[Sequence], ks: list[int]) -> tuple[bool, bool]:
+        """(whether this round's sampled drafts go coupled, whether that is the other form's
+        measuring round: its drafting and sampling costs are not the cost model's to learn).
+        The chooser learns from rounds in which some sampled row drafts."""
+        if self.chooser is None:
+            return False, False
+        batch = len(seqs)
+        sampled = any(
+            k > 0 and not s.request.params.is_greedy for s, k in zip(seqs, ks, strict=True)
+        )
+        if not sampled:
+            return self.chooser.form(batch), False
+        coupled = self.chooser.choose(batch)
+        self._measured_form = coupled
+        return coupled, coupled != self.chooser.form(batch)
 
     def _learn_draft_cost(self, batch: int, k: int, seconds: float, caught_up: bool) -> None:
         """Teach the cost model a drafting round's time, except where it says more about the
@@ -340,7 +377,7 @@ class SpecEngine:
         left = seq.request.params.max_tokens - seq.num_output_tokens - 1
         return max(0, min(self.controller.config.max_k, room, left))
 
-    def _propose(self, seqs: list[Sequence], ks: list[int]) -> Proposals:
+    def _propose(self, seqs: list[Sequence], ks: list[int], coupled: bool) -> Proposals:
         if self.proposer is None or not any(ks):
             return empty_proposals(len(seqs))
         return self.proposer.propose(
@@ -350,6 +387,7 @@ class SpecEngine:
                 num_to_draft=ks,
                 params=[s.request.params for s in seqs],
                 draft_seeds=[s.draft_seed for s in seqs],
+                coupled=coupled,
             )
         )
 

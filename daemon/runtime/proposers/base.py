@@ -21,6 +21,10 @@ class ProposeRequest:
     # [B] per-request draft seeds: a sampled draft at absolute position p of request b is a
     # function of (draft_seeds[b], p) alone (see sampling/keyed_random.py); unused if greedy
     draft_seeds: list[int]
+    # sampled drafts this round go as coupled drafts (the token alone), whatever list width
+    # the proposer was built with (engine/proposal_chooser.py); a proposer that cannot may
+    # ignore it: either form is exact
+    coupled: bool = False
 
 
 @dataclass(slots=True)

@@ -117,6 +117,7 @@ class DraftModelProposer:
 
     # -- fresh drafts -----------------------------------------------------------------------
     def propose(self, request: ProposeRequest) -> Proposals:
+        self.sampler.coupled_round = request.coupled
         num_seqs = len(request.slots)
         records = [DraftRecord() for _ in range(num_seqs)]
         rows: list[DraftRow] = []
@@ -199,6 +200,7 @@ class DraftModelProposer:
         """Pre-draft the likely verdicts of each slot's outstanding proposal (module doc),
         at most `max_branches` per sequence (default and ceiling: the proposer's own)."""
         self.is_branching = True
+        self.sampler.coupled_round = request.coupled
         budget = min(max_branches or self.planner.max_branches, self.planner.max_branches)
         self._ensure_forks()
         plans: dict[int, SequencePlan] = {}

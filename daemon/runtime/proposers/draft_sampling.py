@@ -1,7 +1,8 @@
 """How a draft model turns one step's logits into draft tokens.
 
-Greedy rows draft the argmax (a point mass). With `sparse_top_k` = 0 (coupled drafting)
-sampled rows draft argmax (log q + G), G the Gumbel field of (draft seed, position), and send
+Greedy rows draft the argmax (a point mass). With `sparse_top_k` = 0, or for a request that
+asks for it (`ProposeRequest.coupled`: engine/proposal_chooser.py), coupled drafting: sampled
+rows draft argmax (log q + G), G the Gumbel field of (draft seed, position), and send
 the token alone: the verifier matches it against its own argmax (log p + G) (see
 sampling/rejection.py). Otherwise sampled rows draft from the draft's own
 distribution at the request's temperature, sent as its most likely tokens (at most
@@ -89,6 +90,14 @@ class DraftSampler:
         self.num_alternatives = num_alternatives  # best tokens reported per row
         self.max_listed = max_listed  # tokens a row's list may widen to (RowKey.listing_mass)
         self.num_widened_rows = 0  # rows that listed past sparse_top_k, since construction
+        # the current call's sampled rows draft coupled even where sparse_top_k lists
+        # (ProposeRequest.coupled; set by the proposer for each request)
+        self.coupled_round = False
+
+    @property
+    def is_coupled(self) -> bool:
+        """Whether sampled rows draft coupled now (the token alone, no list)."""
+        return self.sparse_top_k == 0 or self.coupled_round
 
     def sample(
         self,
@@ -99,12 +108,11 @@ class DraftSampler:
         """logits [A, V] float32, one key per row -> one draft per row (the logits are left as
         they were)."""
         sampled = [i for i, key in enumerate(keys) if key.temperature > 0.0]
+        coupled = self.is_coupled
         best_ids = [[-1]] * len(keys)  # sampled rows: their token, set below
         best_probs = [[1.0]] * len(keys)  # not estimated
         if with_alternatives:  # the draft's likeliest tokens (coupled rows: their race, below)
-            ranked = [
-                i for i, key in enumerate(keys) if key.temperature <= 0.0 or self.sparse_top_k
-            ]
+            ranked = [i for i, key in enumerate(keys) if key.temperature <= 0.0 or not coupled]
             if ranked:
                 rows = logits if len(ranked) == len(keys) else logits[ranked]
                 ids, probs = self.best(rows, [keys[i].temperature for i in ranked])
@@ -120,7 +128,7 @@ class DraftSampler:
             DraftStep(ids[0], None, ids, probs, probs[0])
             for ids, probs in zip(best_ids, best_probs, strict=True)
         ]
-        if sampled and self.sparse_top_k == 0:  # coupled: the field's pick, a point mass
+        if sampled and coupled:  # the field's pick, a point mass
             rows_logits = logits if len(sampled) == len(keys) else logits[sampled]
             sampled_keys = [keys[i] for i in sampled]
             if with_alternatives:  # the race's order: where the verifier's draw falls next

@@ -107,11 +107,11 @@ class DraftServer:
         bad = {e.slot for e in reply.errors}
         proposals = self._known(request.propose, reply, bad, "propose")
         if proposals:
-            reply.proposals, reply.draft_time_s = self._propose(proposals)
+            reply.proposals, reply.draft_time_s = self._propose(proposals, request.coupled)
         prepares = self._known(request.prepare, reply, bad, "prepare")
         if prepares:
             budget = request.max_branches or None
-            reply.branches, reply.prepare_time_s = self._prepare(prepares, budget)
+            reply.branches, reply.prepare_time_s = self._prepare(prepares, budget, request.coupled)
 
     def _release(self, slot: int) -> None:
         if self._seqs.pop(slot, None) is not None:
@@ -162,7 +162,7 @@ class DraftServer:
             known.append(entry)
         return known
 
-    def _request(self, entries: list[DraftEntry]) -> ProposeRequest:
+    def _request(self, entries: list[DraftEntry], coupled: bool) -> ProposeRequest:
         seqs = [self._seqs[e.slot] for e in entries]
         return ProposeRequest(
             slots=[e.slot for e in entries],
@@ -170,11 +170,12 @@ class DraftServer:
             num_to_draft=[e.k for e in entries],
             params=[s.params for s in seqs],
             draft_seeds=[s.draft_seed for s in seqs],
+            coupled=coupled,
         )
 
-    def _propose(self, entries: list[DraftEntry]) -> tuple[list[SlotDrafts], float]:
+    def _propose(self, entries: list[DraftEntry], coupled: bool) -> tuple[list[SlotDrafts], float]:
         start = time.perf_counter()
-        proposals = self.proposer.propose(self._request(entries))
+        proposals = self.proposer.propose(self._request(entries, coupled))
         records = _records(proposals.draft_token_ids.tolist(), proposals.num_draft_tokens)
         if proposals.sparse_ids is not None and proposals.sparse_probs is not None:
             tail = proposals.sparse_tail
@@ -186,13 +187,13 @@ class DraftServer:
         return [SlotDrafts(e.slot, r) for e, r in zip(entries, records, strict=True)], elapsed
 
     def _prepare(
-        self, entries: list[DraftEntry], max_branches: int | None
+        self, entries: list[DraftEntry], max_branches: int | None, coupled: bool
     ) -> tuple[list[SlotBranches], float]:
         prepare = getattr(self.proposer, "prepare", None)
         if prepare is None:
             return [], 0.0
         start = time.perf_counter()
-        branches = prepare(self._request(entries), max_branches)
+        branches = prepare(self._request(entries, coupled), max_branches)
         elapsed = time.perf_counter() - start
         self.stats.prepare_time_s += elapsed
         self.stats.num_branches += sum(len(b) for b in branches)

@@ -51,6 +51,9 @@ class DraftRequest:
     propose: list[DraftEntry] = field(default_factory=list)
     prepare: list[DraftEntry] = field(default_factory=list)
     max_branches: int = 0  # branches per sequence to prepare, at most (0: the drafter's own)
+    # the sampled drafts of this message's propose and prepare go coupled (the token alone),
+    # whatever list width the drafter was built with (ProposeRequest.coupled)
+    coupled: bool = False
 
     @property
     def is_probe(self) -> bool:

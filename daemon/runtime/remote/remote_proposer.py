@@ -138,6 +138,7 @@ class RemoteProposer:
         self._collect_prepared(stats)
         records = [DraftRecord() for _ in request.slots]
         message = self.link.new_request()
+        message.coupled = request.coupled
         message.is_reset = self._needs_resync
         message.releases, self._releases = ([], []) if self._needs_resync else (self._releases, [])
         fresh = []
@@ -160,6 +161,7 @@ class RemoteProposer:
                     records[b] = entry.drafts.truncated(request.num_to_draft[b])
             stats.num_fresh = len(fresh)
             message = self.link.new_request()
+            message.coupled = request.coupled
         else:  # skipped: no drafts this round; their updates go with the prepare request
             stats.num_skipped = len(fresh)
         if self.options.is_overlapped:

@@ -50,7 +50,9 @@ from daemon.runtime.sampling.quantized import MAX_LISTED, PROPOSAL_TOTAL
 VERSION = 4
 WIDE_SUPPORT = 255  # the width byte that says the support size follows as a u16
 REQUEST_MAGIC, REPLY_MAGIC = b"SPDQ", b"SPDR"
-FLAG_RESET, FLAG_WIDE_IDS = 1, 2
+# FLAG_COUPLED: the request's sampled drafts go coupled. A drafter that predates it ignores it
+# (unknown flags are) and lists as built: still exact, the verifier takes either form
+FLAG_RESET, FLAG_WIDE_IDS, FLAG_COUPLED = 1, 2, 4
 WIRE_NO_BRANCH = 0xFF
 MAX_SECTION = 0xFFFF
 MAX_TEMPERATURE = 100.0
@@ -64,7 +66,11 @@ def encode_request(request: DraftRequest) -> bytes:
         default=0,
     )
     out = WireWriter(id_width_for(max_id))
-    flags = (FLAG_RESET if request.is_reset else 0) | (FLAG_WIDE_IDS if out.id_width == 4 else 0)
+    flags = (
+        (FLAG_RESET if request.is_reset else 0)
+        | (FLAG_WIDE_IDS if out.id_width == 4 else 0)
+        | (FLAG_COUPLED if request.coupled else 0)
+    )
     out.pack("4sBBI", REQUEST_MAGIC, VERSION, flags, request.message_id)
     _count(out, request.releases, "releases")
     for slot in request.releases:
@@ -90,7 +96,11 @@ def encode_request(request: DraftRequest) -> bytes:
 def decode_request(payload: bytes) -> DraftRequest:
     read = WireReader(payload, "draft request")
     flags, message_id = _header(read, REQUEST_MAGIC)
-    request = DraftRequest(message_id=message_id, is_reset=bool(flags & FLAG_RESET))
+    request = DraftRequest(
+        message_id=message_id,
+        is_reset=bool(flags & FLAG_RESET),
+        coupled=bool(flags & FLAG_COUPLED),
+    )
     for _ in range(_section(read, "releases")):
         request.releases.append(int(read.one("H", "release slot")))
     for _ in range(_section(read, "admits")):
