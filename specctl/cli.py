@@ -281,7 +281,8 @@ def bench_command(
         "--temperature",
         help="0: greedy, every engine's outputs compared with target-only's. Above 0: every "
         "engine samples at it (specctl's requests seeded), speculation with the default "
-        "proposal (its top tokens and a tail).",
+        "proposal (its top tokens and a tail, or coupled drafts where the engine measures "
+        "them faster).",
     ),
 ) -> None:
     from bench.arg_types import device_problem
