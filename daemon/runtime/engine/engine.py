@@ -92,7 +92,8 @@ class SpecEngine:
             if proposer is not None and config.choose_proposal and config.draft_sparse_top_k > 0
             else None
         )
-        self._measured_form: bool | None = None  # the round's form, where the chooser learns
+        # (coupled?, the other form's measuring round?) of a round the chooser learns from
+        self._measured: tuple[bool, bool] | None = None
         # before the first request: no sequence is live (capture writes placeholder K/V)
         self.graph_capture = capture_graphs_ahead(target, proposer, config.max_batch_size, k)
         _freeze_startup_heap()
@@ -244,17 +245,13 @@ class SpecEngine:
                 out.deltas.append(delta)
         out.finished = self._retire()
         stats.step_time_s = time.perf_counter() - start
-        exploring = False
-        if self.chooser is not None and self._measured_form is not None:
-            if not stats.num_prefill_seqs:  # a prefill's time says nothing of the form's
-                exploring = self._measured_form != self.chooser.form(stats.batch_size)
-                self.chooser.observe(
-                    stats.batch_size,
-                    self._measured_form,
-                    stats.num_emitted_tokens,
-                    stats.step_time_s,
-                )
-            self._measured_form = None
+        measured, self._measured = self._measured, None
+        # a prefill's time says nothing of the form's
+        if measured is not None and self.chooser is not None and not stats.num_prefill_seqs:
+            self.chooser.observe(
+                stats.batch_size, measured[0], stats.num_emitted_tokens, stats.step_time_s
+            )
+        exploring = measured is not None and measured[1]
         if stats.batch_size and not stats.num_prefill_seqs and not exploring:
             self.controller.costs.record_overhead(
                 stats.batch_size, stats.speculation_len, stats.overhead_time_s
@@ -329,8 +326,8 @@ class SpecEngine:
         if not sampled:
             return self.chooser.form(batch), False
         coupled = self.chooser.choose(batch)
-        self._measured_form = coupled
-        return coupled, coupled != self.chooser.form(batch)
+        self._measured = coupled, coupled != self.chooser.form(batch)
+        return self._measured
 
     def _learn_draft_cost(self, batch: int, k: int, seconds: float, caught_up: bool) -> None:
         """Teach the cost model a drafting round's time, except where it says more about the
