@@ -1222,28 +1222,33 @@ __attribute__((target("avx2,fma"))) static double flush8(__m256 *acc)
     return lanes_total(lanes);
 }
 
+/* The blocks' loop of both widths: STEP floats a vector, 64 / STEP accumulators (acc[q]
+ * takes the vectors at offset STEP q of every block), FLUSH_FN pairing their lanes */
+#define EXP_SUM_LANES(V, T, STEP, EXP, FLUSH_FN)                                            \
+    const T vtop = V##_set1_ps(top), vinv = V##_set1_ps((float)inv_t);                      \
+    T acc[64 / STEP];                                                                       \
+    for (int q = 0; q < 64 / STEP; q++) acc[q] = V##_setzero_ps();                          \
+    double total = 0.0;                                                                     \
+    int64_t i = 0, blocks = 0;                                                              \
+    for (; i + 64 <= V_LEN; i += 64) {                                                      \
+        for (int q = 0; q < 64 / STEP; q++) {                                               \
+            const T v = V##_loadu_ps(x + i + STEP * q);                                     \
+            const T e = EXP(V##_mul_ps(V##_sub_ps(v, vtop), vinv));                         \
+            if (out) V##_storeu_ps(out + i + STEP * q, e);                                  \
+            acc[q] = V##_add_ps(acc[q], e);                                                 \
+        }                                                                                   \
+        if (++blocks == EXP_FLUSH) {                                                        \
+            total += FLUSH_FN(acc);                                                         \
+            blocks = 0;                                                                     \
+        }                                                                                   \
+    }                                                                                       \
+    if (blocks) total += FLUSH_FN(acc);                                                     \
+    return total + exp_tail(x, out, i, V_LEN, top, inv_t);
+
 __attribute__((target("avx2,fma"))) static double exp_sum8(const float *x, float *out,
-                                                          int64_t V, float top, double inv_t)
+                                                          int64_t V_LEN, float top, double inv_t)
 {
-    const __m256 vtop = _mm256_set1_ps(top), vinv = _mm256_set1_ps((float)inv_t);
-    __m256 acc[8];
-    for (int q = 0; q < 8; q++) acc[q] = _mm256_setzero_ps();
-    double total = 0.0;
-    int64_t i = 0, blocks = 0;
-    for (; i + 64 <= V; i += 64) {
-        for (int q = 0; q < 8; q++) {
-            const __m256 e =
-                exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * q), vtop), vinv));
-            if (out) _mm256_storeu_ps(out + i + 8 * q, e);
-            acc[q] = _mm256_add_ps(acc[q], e);
-        }
-        if (++blocks == EXP_FLUSH) {
-            total += flush8(acc);
-            blocks = 0;
-        }
-    }
-    if (blocks) total += flush8(acc);
-    return total + exp_tail(x, out, i, V, top, inv_t);
+    EXP_SUM_LANES(_mm256, __m256, 8, exp8, flush8)
 }
 
 /* 16 floats (AVX-512F): exp8's body, the same bits lane by lane */
@@ -1266,32 +1271,14 @@ __attribute__((target("avx512f,avx2,fma"))) static double flush16(__m512 *acc)
 
 /* exp_sum8 on AVX-512F, 16 floats a step: the same exps and sums */
 __attribute__((target("avx512f,avx2,fma"))) static double exp_sum16(const float *x, float *out,
-                                                                   int64_t V, float top,
+                                                                   int64_t V_LEN, float top,
                                                                    double inv_t)
 {
-    const __m512 vtop = _mm512_set1_ps(top), vinv = _mm512_set1_ps((float)inv_t);
-    __m512 acc[4];
-    for (int q = 0; q < 4; q++) acc[q] = _mm512_setzero_ps();
-    double total = 0.0;
-    int64_t i = 0, blocks = 0;
-    for (; i + 64 <= V; i += 64) {
-        for (int q = 0; q < 4; q++) {
-            const __m512 e = exp16(
-                _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16 * q), vtop), vinv));
-            if (out) _mm512_storeu_ps(out + i + 16 * q, e);
-            acc[q] = _mm512_add_ps(acc[q], e);
-        }
-        if (++blocks == EXP_FLUSH) {
-            total += flush16(acc);
-            blocks = 0;
-        }
-    }
-    if (blocks) total += flush16(acc);
-    return total + exp_tail(x, out, i, V, top, inv_t);
+    EXP_SUM_LANES(_mm512, __m512, 16, exp16, flush16)
 }
 
 /* log sum_i exp(x_i * inv_t) of one row of V floats whose max is top: top * inv_t +
- * log sum exp((x_i - top) * inv_t), summed 64 at a time in float32, the blocks in double */
+ * log sum exp((x_i - top) * inv_t), summed as exp_sum8 sums */
 __attribute__((target("avx2,fma"))) static double log_normalizer(const float *x, int64_t V,
                                                                 float top, double inv_t,
                                                                 int wide)
