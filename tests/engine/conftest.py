@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.helpers import hf_greedy, random_prompts
+from tests.remote.helpers import perturbed_copy
 from tests.tiny_models import make_tiny_checkpoint
 
 VOCAB = 320
@@ -27,6 +28,12 @@ def draft_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         num_heads=2,
         num_kv_heads=1,
     )
+
+
+@pytest.fixture(scope="session")
+def close_draft_dir(target_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The target's weights slightly perturbed: most of its drafts are accepted, not all."""
+    return perturbed_copy(target_dir, tmp_path_factory.mktemp("close-draft"), noise=0.003)
 
 
 @pytest.fixture(scope="session")

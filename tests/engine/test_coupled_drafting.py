@@ -16,21 +16,9 @@ from daemon.runtime.model import load_model
 from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.remote.options import RemoteOptions
 from daemon.runtime.sampling.params import SamplingParams
-from tests.remote.helpers import perturbed_copy, remote_engine
-from tests.tiny_models import make_tiny_checkpoint
+from tests.remote.helpers import remote_engine
 
-VOCAB = 320
 PROMPTS = [[5, 9, 30], [7, 1, 2, 3, 4, 5, 6, 8], [100, 200], [17] * 12]
-
-
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_checkpoint(tmp_path_factory.mktemp("t"), vocab_size=VOCAB, seed=0)
-
-
-@pytest.fixture(scope="module")
-def draft_dir(target_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return perturbed_copy(target_dir, tmp_path_factory.mktemp("d"), noise=0.003)
 
 
 def _requests(temperature: float) -> list[Request]:
@@ -61,16 +49,16 @@ def _engine(target_dir: Path, draft_dir: Path | None, k: int) -> SpecEngine:
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
-def test_seeded_output_is_the_targets_alone(target_dir: Path, draft_dir: Path, temperature):
+def test_seeded_output_is_the_targets_alone(target_dir: Path, close_draft_dir: Path, temperature):
     alone = [o.token_ids for o in _engine(target_dir, None, 0).generate(_requests(temperature))]
     for k in (1, 4):
-        engine = _engine(target_dir, draft_dir, k)
+        engine = _engine(target_dir, close_draft_dir, k)
         assert [o.token_ids for o in engine.generate(_requests(temperature))] == alone, k
         assert 0 < engine.stats.num_accepted_tokens < engine.stats.num_draft_tokens
     for mode in ("sync", "overlapped"):
         options = RemoteOptions(mode=mode)
         with remote_engine(
-            target_dir, draft_dir, options=options, k=3, batch=len(PROMPTS), sparse_top_k=0
+            target_dir, close_draft_dir, options=options, k=3, batch=len(PROMPTS), sparse_top_k=0
         ) as setup:
             outputs = [o.token_ids for o in setup.engine.generate(_requests(temperature))]
             assert outputs == alone, mode

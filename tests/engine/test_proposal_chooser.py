@@ -20,11 +20,9 @@ from daemon.runtime.proposers.drafts import PreparedBranch
 from daemon.runtime.remote.messages import DraftEntry, DraftRequest
 from daemon.runtime.remote.wire import decode_request, encode_request
 from daemon.runtime.sampling.params import SamplingParams
-from tests.remote.helpers import perturbed_copy, remote_engine
-from tests.tiny_models import make_tiny_checkpoint
+from tests.remote.helpers import remote_engine
 
 LISTED, COUPLED = False, True
-VOCAB = 320
 PROMPTS = [[5, 9, 30], [7, 1, 2, 3, 4, 5, 6, 8], [100, 200], [17] * 12]
 
 
@@ -137,16 +135,6 @@ def test_the_coupled_flag_crosses_the_wire() -> None:
     assert not decode_request(encode_request(DraftRequest(message_id=9))).coupled
 
 
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_checkpoint(tmp_path_factory.mktemp("t"), vocab_size=VOCAB, seed=0)
-
-
-@pytest.fixture(scope="module")
-def draft_dir(target_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return perturbed_copy(target_dir, tmp_path_factory.mktemp("d"), noise=0.003)
-
-
 def _requests(max_tokens: int, temperature: float = 0.8) -> list[Request]:
     return [
         Request(f"r{i}", p, SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=i))
@@ -181,9 +169,11 @@ class _Forms:
 
 
 @pytest.mark.parametrize("choose", [True, False])
-def test_the_engine_drafts_in_the_form_it_chose(target_dir: Path, draft_dir: Path, choose: bool):
+def test_the_engine_drafts_in_the_form_it_chose(
+    target_dir: Path, close_draft_dir: Path, choose: bool
+):
     batch = len(PROMPTS)
-    proposer = DraftModelProposer(load_model(draft_dir, num_slots=batch), sparse_top_k=32)
+    proposer = DraftModelProposer(load_model(close_draft_dir, num_slots=batch), sparse_top_k=32)
     forms = _Forms(proposer)
     config = EngineConfig(max_batch_size=batch, num_speculative_tokens=3, choose_proposal=choose)
     engine = SpecEngine(load_model(target_dir, num_slots=batch), proposer, config)
@@ -201,18 +191,20 @@ def test_the_engine_drafts_in_the_form_it_chose(target_dir: Path, draft_dir: Pat
     assert asked[: 2 * pc.BLOCK + 1] == [False] * (pc.BLOCK + 1) + [True] * pc.BLOCK
 
 
-def test_greedy_rounds_are_not_measured(target_dir: Path, draft_dir: Path) -> None:
+def test_greedy_rounds_are_not_measured(target_dir: Path, close_draft_dir: Path) -> None:
     batch = len(PROMPTS)
-    proposer = DraftModelProposer(load_model(draft_dir, num_slots=batch), sparse_top_k=32)
+    proposer = DraftModelProposer(load_model(close_draft_dir, num_slots=batch), sparse_top_k=32)
     config = EngineConfig(max_batch_size=batch, num_speculative_tokens=3)
     engine = SpecEngine(load_model(target_dir, num_slots=batch), proposer, config)
     engine.generate(_requests(max_tokens=24, temperature=0.0))
     assert engine.chooser is not None and engine.chooser.rates(batch) == (0.0, 0.0)
 
 
-def test_a_remote_drafter_drafts_in_the_form_asked(target_dir: Path, draft_dir: Path) -> None:
+def test_a_remote_drafter_drafts_in_the_form_asked(target_dir: Path, close_draft_dir: Path) -> None:
     for mode in ("sync", "overlapped"):
-        with remote_engine(target_dir, draft_dir, mode=mode, k=3, batch=len(PROMPTS)) as setup:
+        with remote_engine(
+            target_dir, close_draft_dir, mode=mode, k=3, batch=len(PROMPTS)
+        ) as setup:
             drafter = setup.server.proposer
             assert isinstance(drafter, DraftModelProposer)
             forms = _Forms(drafter)
