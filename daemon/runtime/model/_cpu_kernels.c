@@ -1197,7 +1197,7 @@ static double exp_tail(const float *x, float *out, int64_t i, int64_t V, float t
  * every block), which go into a double every EXP_FLUSH blocks and after the last: lanes l,
  * l + 16, l + 32 and l + 48 paired as (l + (l + 16)) + ((l + 32) + (l + 48)), then those 16
  * added to the double in lane order. Independent lanes keep the additions off one chain of
- * latencies (one 8-lane sum a block took 28% longer than the exps alone); a lane takes at
+ * latencies (one 8-lane sum a block made the pass ~1.3x the exps alone); a lane takes at
  * most EXP_FLUSH floats between flushes. The entries past the last block: exp_tail. Both
  * widths below compute exactly this: the same bits. */
 #define EXP_FLUSH 16
