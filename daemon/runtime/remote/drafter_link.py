@@ -35,9 +35,10 @@ class DrafterLink:
         self._rounds_down = 0
         self._last_probe_s = float("-inf")
 
-    def new_request(self) -> DraftRequest:
+    def new_request(self, coupled: bool = False) -> DraftRequest:
+        """The next message; `coupled`: its sampled drafts go coupled (DraftRequest.coupled)."""
         self._message_id = (self._message_id + 1) & MAX_MESSAGE_ID
-        return DraftRequest(message_id=self._message_id)
+        return DraftRequest(message_id=self._message_id, coupled=coupled)
 
     # -- calls ------------------------------------------------------------------------------
     def call(self, request: DraftRequest, timeout_s: float, stats: RemoteRoundStats) -> DraftReply:

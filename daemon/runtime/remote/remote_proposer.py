@@ -137,8 +137,7 @@ class RemoteProposer:
     def _round(self, request: ProposeRequest, stats: RemoteRoundStats) -> Proposals:
         self._collect_prepared(stats)
         records = [DraftRecord() for _ in request.slots]
-        message = self.link.new_request()
-        message.coupled = request.coupled
+        message = self.link.new_request(request.coupled)
         message.is_reset = self._needs_resync
         message.releases, self._releases = ([], []) if self._needs_resync else (self._releases, [])
         fresh = []
@@ -160,8 +159,7 @@ class RemoteProposer:
                 if b is not None:
                     records[b] = entry.drafts.truncated(request.num_to_draft[b])
             stats.num_fresh = len(fresh)
-            message = self.link.new_request()
-            message.coupled = request.coupled
+            message = self.link.new_request(request.coupled)
         else:  # skipped: no drafts this round; their updates go with the prepare request
             stats.num_skipped = len(fresh)
         if self.options.is_overlapped:
