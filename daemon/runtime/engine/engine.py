@@ -230,6 +230,7 @@ class SpecEngine:
         """Admit, run one round, retire; report what every request gained in this step."""
         out = StepOutput(deltas=self._ended_waiting)
         self._ended_waiting = []
+        self._measured = None  # set by this step's round (not left by one that raised)
         stats = out.stats
         start = time.perf_counter()
         with torch.inference_mode():
