@@ -59,6 +59,7 @@ def test_zero_tokens_is_coupled_drafting_on_the_drafter(tmp_path: Path) -> None:
         ("proposal_tokens = -1", "greater than or equal to 0, got -1"),
         ("proposal_mass = 0", "greater than 0, got 0"),
         ("proposal_max_tokens = 5000", "less than or equal to 4095, got 5000"),
+        ("choose_proposal = 3", "a valid boolean, got 3"),
     ],
 )
 def test_out_of_range_is_a_clear_error(tmp_path: Path, line: str, expected: str) -> None:
