@@ -154,7 +154,9 @@ def run_mode(
     it measures both (as a server has after its first requests); else they are listed."""
     batch = len(prompts)
     params = SamplingParams(temperature=temperature, max_tokens=rounds * (k + 1), ignore_eos=True)
-    seed = 1234 if temperature > 0 else None
+    # sampled requests are seeded, except where the engine chooses the form: it keeps a
+    # seeded request's listed proposals (engine/proposal_chooser.py)
+    seed = 1234 if temperature > 0 and not choose else None
     config = EngineConfig(
         max_batch_size=batch,
         num_speculative_tokens=k,

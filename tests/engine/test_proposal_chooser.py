@@ -135,9 +135,18 @@ def test_the_coupled_flag_crosses_the_wire() -> None:
     assert not decode_request(encode_request(DraftRequest(message_id=9))).coupled
 
 
-def _requests(max_tokens: int, temperature: float = 0.8) -> list[Request]:
+def _requests(max_tokens: int, temperature: float = 0.8, seed: int | None = None) -> list[Request]:
+    """Unseeded by default: the engine chooses the form of unseeded requests only."""
     return [
-        Request(f"r{i}", p, SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=i))
+        Request(
+            f"r{i}",
+            p,
+            SamplingParams(
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=None if seed is None else seed + i,
+            ),
+        )
         for i, p in enumerate(PROMPTS)
     ]
 
@@ -189,6 +198,24 @@ def test_the_engine_drafts_in_the_form_it_chose(
     assert listed_rate > 0 and coupled_rate > 0  # both measured, in blocks, listed first
     # (the first round, with the prefill, is not measured: the first block is one longer)
     assert asked[: 2 * pc.BLOCK + 1] == [False] * (pc.BLOCK + 1) + [True] * pc.BLOCK
+
+
+def test_seeded_requests_keep_listed_proposals_and_their_tokens(
+    target_dir: Path, close_draft_dir: Path
+) -> None:
+    """A seed asks for the same tokens on every call: rounds with a seeded sampled request
+    are listed, never measured, and two runs give the same tokens whatever the timing."""
+    batch = len(PROMPTS)
+    outputs = []
+    for _ in range(2):
+        proposer = DraftModelProposer(load_model(close_draft_dir, num_slots=batch), sparse_top_k=32)
+        forms = _Forms(proposer)
+        config = EngineConfig(max_batch_size=batch, num_speculative_tokens=3)
+        engine = SpecEngine(load_model(target_dir, num_slots=batch), proposer, config)
+        outputs.append([o.token_ids for o in engine.generate(_requests(96, seed=7))])
+        assert forms.rounds and not any(coupled for coupled, _ in forms.rounds)
+        assert engine.chooser is not None and engine.chooser.rates(batch) == (0.0, 0.0)
+    assert outputs[0] == outputs[1]
 
 
 def test_greedy_rounds_are_not_measured(target_dir: Path, close_draft_dir: Path) -> None:

@@ -317,13 +317,18 @@ class SpecEngine:
     def _proposal_form(self, seqs: list[Sequence], ks: list[int]) -> tuple[bool, bool]:
         """(whether this round's sampled drafts go coupled, whether that is the other form's
         measuring round: its drafting and sampling costs are not the cost model's to learn).
-        The chooser learns from rounds in which some sampled row drafts."""
+        The chooser learns from rounds in which some sampled row drafts. A round with a seeded
+        sampled row drafting keeps the configured (listed) form and is not measured: a seed
+        asks for the same tokens again, and which form runs changes them."""
         if self.chooser is None:
             return False, False
         batch = len(seqs)
-        sampled = any(
-            k > 0 and not s.request.params.is_greedy for s, k in zip(seqs, ks, strict=True)
-        )
+        sampled = [
+            s.request.params for s, k in zip(seqs, ks, strict=True) if k > 0
+            and not s.request.params.is_greedy
+        ]  # fmt: skip
+        if any(p.seed is not None for p in sampled):
+            return False, False
         if not sampled:
             return self.chooser.form(batch), False
         coupled = self.chooser.choose(batch)

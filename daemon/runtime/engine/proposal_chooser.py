@@ -19,7 +19,10 @@ other runs a block again now and then to stay current: as often as keeps the pre
 of those blocks (their rate deficit) within EXPLORE_BUDGET of the time, between
 MIN_INTERVAL and MAX_INTERVAL rounds apart. A form replaces the incumbent only when it is
 ahead by MARGIN. Only rounds in which some sampled row drafted, without a prefill, are
-measured; greedy rows draft the argmax either way.
+measured; greedy rows draft the argmax either way. A round in which a seeded sampled request
+drafts keeps listed proposals (engine.py): a seed asks for the same tokens on every call, and
+with listed proposals the tokens depend on the form, which this choice would make depend on
+timing (coupled drafting, `proposal_tokens = 0`, gives the target-alone tokens in any case).
 """
 
 import math
