@@ -13,6 +13,7 @@ from daemon.runtime.model.forward_metadata import ForwardMetadata, build_metadat
 from daemon.runtime.model.kv_cache import KVCache
 from daemon.runtime.model.linear import Linear, can_use_skinny, prepack_enabled
 from daemon.runtime.model.mlp import GatedMLP
+from daemon.runtime.model.native_pass import NativePass
 from daemon.runtime.model.rmsnorm import RMSNorm
 from daemon.runtime.model.rotary import RotaryEmbedding
 from daemon.runtime.model.sharding import shard_config
@@ -122,6 +123,8 @@ class LlamaForCausalLM(nn.Module):
         self.rotary = RotaryEmbedding(config, max_model_len, dtype).to(device)
         # decode/verify passes at static shapes (CUDA graphs); None: every pass eager
         self.static: StaticPasses | None = None
+        # decode/verify passes on a CPU as native kernel calls (native_pass.py); None: modules
+        self.native_pass: NativePass | None = None
         # a tied LM head on the skinny GEMM: the embedding held as its panels only
         # [ceil(V / 16), hidden, 16] (pack_tied_head); None: the embedding's dense weight
         self.tied_head: torch.Tensor | None = None
@@ -153,6 +156,8 @@ class LlamaForCausalLM(nn.Module):
         )
         if self.static is not None and hidden is None and self.static.accepts(batch):
             return self.static.forward(batch)
+        if self.native_pass is not None and hidden is None and NativePass.accepts(batch):
+            return self.native_pass.forward(batch)
         meta = build_metadata(batch, self.device)
         if meta.native_rows is not None and self.dtype == torch.float32:
             meta.rope_tables = (self.rotary.cos, self.rotary.signed_sin)
@@ -181,11 +186,20 @@ class LlamaForCausalLM(nn.Module):
             raise RequestError("static passes need the whole model on one rank")
         self.static = StaticPasses(self, capture=capture)
 
+    def enable_native_pass(self) -> bool:
+        """Run plain decode and verify batches as native kernel calls (native_pass.py), where
+        every layer runs those kernels; False (nothing changed) elsewhere. Call once the
+        weights are packed: weights replaced afterwards are not seen by that pass."""
+        if not NativePass.supports(self):
+            return False
+        self.native_pass = NativePass(self)
+        return True
+
     def _layers(self, meta: ForwardMetadata, hidden: torch.Tensor | None) -> torch.Tensor:
         """Embedding (first stage) and this runner's layers: [B, T, hidden]."""
         cos_sin = self.rotary(meta.positions)
         if self.is_first:
-            x = self._embed(meta.token_ids)
+            x = self.embed(meta.token_ids)
         elif hidden is None:
             raise RequestError("a pipeline stage after the first needs the previous hidden states")
         else:
@@ -194,7 +208,7 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, cos_sin, meta, self.cache)
         return x
 
-    def _embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """`token_ids` [B, T] -> [B, T, hidden]."""
         if self.tied_head is not None:
             # row v of the embedding is column v % 16 of panel v // 16

@@ -191,6 +191,7 @@ def load_lean(
     model.load_state_dict(state, strict=True, assign=True)
     prepack_linears(model)
     model.pack_tied_head()
+    model.enable_native_pass()
     if model.is_whole and cuda_graphs_wanted(device):  # the device check: never on a CPU
         model.enable_static_passes(capture=True)
     return model.requires_grad_(False).eval()
