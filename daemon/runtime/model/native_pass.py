@@ -125,6 +125,7 @@ class NativePass:
         self.keep = (weights, head, model.norm.weight, cos, signed_sin, model.cache)
         self.capacity = 0  # rows the workspace holds
         self.buffers: dict[str, torch.Tensor] = {}
+        self.addresses: dict[str, int] = {}  # the buffers' data pointers
 
     @staticmethod
     def supports(model: "LlamaForCausalLM") -> bool:
@@ -181,7 +182,8 @@ class NativePass:
                 for name, width in widths.items()
             }
             self.capacity = capacity
-        return {name: buffer.data_ptr() for name, buffer in self.buffers.items()}
+            self.addresses = {name: buffer.data_ptr() for name, buffer in self.buffers.items()}
+        return self.addresses
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
         """The batch's logits as `LlamaForCausalLM.forward` gives them: [B, T, V] (ALL),
@@ -204,6 +206,7 @@ class NativePass:
                 flat_ids += [PAD_TOKEN_ID] * (chunk - len(ids))
             native_rows += (slot, start, len(ids))
         rows_t = int64_tensor(native_rows)
+        rows_ptr = rows_t.data_ptr()
         # [B, T, hidden]: the embedding rows, read by the first norm
         x = self.model.embed(int64_tensor(flat_ids).view(num_seqs, chunk)).contiguous()
         residual = x.data_ptr()  # the residual stream: x, then res_a and res_b in turn
@@ -221,7 +224,7 @@ class NativePass:
                    threads if layer.qkv_big else 1, False, 0, wide_min)  # fmt: skip
             k.attention(
                 qkv,
-                rows_t.data_ptr(),
+                rows_ptr,
                 self.cos,
                 self.signed_sin,
                 layer.keys,
