@@ -87,7 +87,7 @@ class NativePass:
         self.max_len = model.cache.keys[0].shape[2] if model.cache.keys else 0
         self.layers: list[LayerPointers] = []
         weights: list[torch.Tensor] = []
-        for index, layer in enumerate(model.layers):
+        for layer in model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             qkv, o = attn.qkv_proj.panels, attn.o_proj.panels
             gate_up, down = mlp.gate_up_proj.gated, mlp.down_proj.panels
@@ -106,8 +106,8 @@ class NativePass:
                     gate_up_big=_is_big(gate_up),
                     down=down.data_ptr(),
                     down_big=_is_big(down),
-                    keys=model.cache.keys[index].data_ptr(),
-                    values=model.cache.values[index].data_ptr(),
+                    keys=model.cache.keys[attn.layer].data_ptr(),
+                    values=model.cache.values[attn.layer].data_ptr(),
                     window=attn.window or 0,
                 )
             )
@@ -122,7 +122,8 @@ class NativePass:
         cos, signed_sin = model.rotary.cos, model.rotary.signed_sin
         self.cos, self.signed_sin = cos.data_ptr(), signed_sin.data_ptr()
         # everything whose address is taken above, alive as long as this pass
-        self.keep = (weights, head, model.norm.weight, cos, signed_sin, model.cache)
+        caches = [*model.cache.keys, *model.cache.values]
+        self.keep = (weights, head, model.norm.weight, cos, signed_sin, caches)
         self.capacity = 0  # rows the workspace holds
         self.buffers: dict[str, torch.Tensor] = {}
         self.addresses: dict[str, int] = {}  # the buffers' data pointers
