@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from daemon.runtime.model import CausalLM, ForwardBatch, LogitsMode
+from daemon.runtime.model.llama import LlamaForCausalLM
 
 ATOL = 1e-4
 TinyFactory = Callable[..., Path]  # the tiny_checkpoint fixture: (arch, **kwargs) -> dir
@@ -64,3 +65,22 @@ def assert_step_matches_hf(
         num_new = len(chunks[slot])
         expected = hf_logits(path, sequences[slot])[-num_new:]
         torch.testing.assert_close(logits[b, :num_new], expected, atol=atol, rtol=0)
+
+
+def assert_caches_match(
+    mine: LlamaForCausalLM,
+    theirs: LlamaForCausalLM,
+    sequences: dict[int, list[int]],
+    exact: bool = False,
+) -> None:
+    """Every layer's K/V of every slot in `sequences`, up to the tokens it holds (past a
+    sequence's end lies padding's K/V, never read), equal (`exact`: the same bits)."""
+    for layer in range(len(theirs.cache.keys)):
+        for slot, tokens in sequences.items():
+            for cache in ("keys", "values"):
+                got = getattr(mine.cache, cache)[layer][slot, :, : len(tokens)]
+                expected = getattr(theirs.cache, cache)[layer][slot, :, : len(tokens)]
+                if exact:
+                    assert torch.equal(got, expected)
+                else:
+                    torch.testing.assert_close(got, expected)

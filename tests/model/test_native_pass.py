@@ -13,7 +13,7 @@ from daemon.runtime.model.batch import NO_FORK
 from daemon.runtime.model.forward_metadata import NATIVE_MAX_CHUNK
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.native_pass import DISABLE_ENV, NativePass
-from tests.model.helpers import TinyFactory, random_tokens, step
+from tests.model.helpers import TinyFactory, assert_caches_match, random_tokens, step
 from tests.model.test_parity import VARIANTS
 
 pytestmark = pytest.mark.skipif(native.kernels() is None, reason="the native kernels are not built")
@@ -67,12 +67,7 @@ def test_native_pass_gives_the_module_paths_bits(
                 real = len(chunks[slot])
                 assert torch.equal(got[b, :real], expected[b, :real])
     assert seq_fast == seq_slow
-    for layer in range(len(slow.cache.keys)):
-        for slot, tokens in seq_slow.items():  # past a sequence's end: padding's K/V, unread
-            for cache in ("keys", "values"):
-                mine = getattr(fast.cache, cache)[layer][slot, :, : len(tokens)]
-                theirs = getattr(slow.cache, cache)[layer][slot, :, : len(tokens)]
-                assert torch.equal(mine, theirs)
+    assert_caches_match(fast, slow, seq_slow, exact=True)
     assert not fast.cache.keys[0][[0, 2, 3, 4, 7]].any()  # no other slot written
 
 

@@ -16,7 +16,7 @@ from daemon.runtime.model import ForwardBatch, LogitsMode, load_model
 from daemon.runtime.model.batch import NO_FORK
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.static_pass import StaticPasses, bucket_up
-from tests.model.helpers import ATOL, TinyFactory, random_tokens, step
+from tests.model.helpers import ATOL, TinyFactory, assert_caches_match, random_tokens, step
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("llama", {}),
@@ -69,12 +69,7 @@ def _rounds(eager: LlamaForCausalLM, static: LlamaForCausalLM, seed: int) -> Non
                 real = len(chunks[slot])
                 torch.testing.assert_close(got[b, :real], expected[b, :real], atol=ATOL, rtol=0)
     assert seq_static == seq_eager
-    for layer in range(len(eager.cache.keys)):
-        for slot, tokens in seq_eager.items():  # past a sequence's end: padding's K/V, unread
-            for cache in ("keys", "values"):
-                mine = getattr(static.cache, cache)[layer][slot, :, : len(tokens)]
-                theirs = getattr(eager.cache, cache)[layer][slot, :, : len(tokens)]
-                torch.testing.assert_close(mine, theirs)
+    assert_caches_match(static, eager, seq_eager)
     assert not static.cache.keys[0][[0, 2, 3, 4, 7]].any()  # padding wrote no other slot
 
 
