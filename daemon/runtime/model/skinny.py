@@ -132,6 +132,11 @@ def logits_with_block_maxima(
 BMAX_BLOCK = 4 * PANEL  # columns per block maximum (BMAX_PANELS panels in the C source)
 
 
+def runs_threaded(packed: torch.Tensor) -> bool:
+    """Whether a GEMM over these panels runs on every thread (MIN_THREAD_BYTES or more)."""
+    return packed.numel() * packed.element_size() >= MIN_THREAD_BYTES
+
+
 def _run(
     x: torch.Tensor,
     packed: torch.Tensor,
@@ -151,7 +156,7 @@ def _run(
             flat = flat.contiguous()
         rows, stride = flat.shape[0], flat.stride(0)
     if rows:
-        threads = torch.get_num_threads() if packed.numel() * 4 >= MIN_THREAD_BYTES else 1
+        threads = torch.get_num_threads() if runs_threaded(packed) else 1
         module.gemm(
             flat.data_ptr(),
             stride,
