@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from daemon.runtime.errors import RequestError
 from daemon.runtime.model import ForwardBatch, LogitsMode, load_model, native
 from daemon.runtime.model.batch import NO_FORK
 from daemon.runtime.model.forward_metadata import NATIVE_MAX_CHUNK
@@ -82,6 +83,30 @@ def test_the_pass_grows_its_workspace_and_keeps_giving_the_same_bits(llama_dir: 
         batch = ForwardBatch(list(range(rows)), chunks, [3] * rows, LogitsMode.ALL)
         assert torch.equal(fast.forward(batch), slow.forward(batch))
     assert fast.native_pass is not None and fast.native_pass.capacity >= 4 * 16
+
+
+@pytest.mark.parametrize("variant", ["llama", "llama-tied"])
+def test_the_embedding_gather_takes_the_edges_and_names_an_id_outside_the_vocabulary(
+    tiny_checkpoint: TinyFactory, variant: str
+) -> None:
+    """The native gather reads the dense table or the tied head's panels: ids 0 and V - 1 (the
+    last panel's column) give the module path's bits. An id outside [0, V) is the forward's
+    RequestError; the pass itself, called past that check, names it too and writes no K/V."""
+    arch, kwargs = VARIANTS[variant]
+    fast, slow = _pair(tiny_checkpoint(arch, **kwargs))
+    assert fast.native_pass is not None
+    assert fast.native_pass.tied == (variant == "llama-tied")
+    vocab = fast.vocab_size
+    edges = ForwardBatch([0, 1], [[0, vocab - 1, 1], [vocab - 1]], [0, 0], LogitsMode.ALL)
+    assert torch.equal(fast.forward(edges), slow.forward(edges))
+    keys = fast.cache.keys[0][2].clone()
+    for bad in (vocab, -1):
+        batch = ForwardBatch([2], [[1, bad]], [0], LogitsMode.LAST)
+        with pytest.raises(RequestError, match="token id out of range"):
+            fast.forward(batch)
+        with pytest.raises(ValueError, match=rf"token id {bad} is outside the vocabulary"):
+            fast.native_pass.forward(batch)
+    assert torch.equal(fast.cache.keys[0][2], keys)
 
 
 def test_prefills_and_fork_rows_take_the_module_path(llama_dir: Path) -> None:

@@ -59,7 +59,7 @@
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 14 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 15 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -1539,6 +1539,47 @@ static PyObject *rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 #endif
 }
 
+/* embed(table_ptr, vocab, hidden, tied, ids, out_ptr): out[i] = the embedding row of ids[i]
+ * (a list of ints) into [len(ids), hidden] floats. tied: the table is the LM head's skinny
+ * panels [ceil(vocab / NR), hidden, NR] (row v: column v % NR of panel v / NR); else a dense
+ * [vocab, hidden] table. An id outside [0, vocab) raises ValueError before anything is written. */
+static PyObject *embed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[4];
+    if (!int_args(args, nargs, 6, 4, "embed", v)) return NULL;
+    PyObject *ids = args[4];
+    const long long out_addr = PyLong_AsLongLong(args[5]);
+    if (out_addr == -1 && PyErr_Occurred()) return NULL;
+    if (!PyList_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "embed: token ids must be a list of ints");
+        return NULL;
+    }
+    const int64_t vocab = v[1], hidden = v[2];
+    const Py_ssize_t n = PyList_GET_SIZE(ids);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const long long id = PyLong_AsLongLong(PyList_GET_ITEM(ids, i));
+        if (id == -1 && PyErr_Occurred()) return NULL;
+        if (id < 0 || id >= vocab) {
+            PyErr_Format(PyExc_ValueError, "token id %lld is outside the vocabulary [0, %lld)",
+                         id, (long long)vocab);
+            return NULL;
+        }
+    }
+    const float *table = (const float *)(intptr_t)v[0];
+    float *out = (float *)(intptr_t)out_addr;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t id = PyLong_AsLongLong(PyList_GET_ITEM(ids, i));
+        float *row = out + i * hidden;
+        if (v[3]) {
+            const float *panel = table + (id / NR) * hidden * NR + id % NR;
+            for (int64_t j = 0; j < hidden; j++) row[j] = panel[j * NR];
+        } else {
+            memcpy(row, table + id * hidden, (size_t)hidden * sizeof(float));
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 /* attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale):
  * pointers as integers (module doc; float32, contiguous); window 0: none. */
 static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1919,6 +1960,9 @@ static PyMethodDef methods[] = {
      "on the AVX-512 path (0: never)."},
     {"rmsnorm", (PyCFunction)(void (*)(void))rmsnorm, METH_FASTCALL,
      "rmsnorm(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, dim, eps): y = rmsnorm(x + r) * w."},
+    {"embed", (PyCFunction)(void (*)(void))embed, METH_FASTCALL,
+     "embed(table_ptr, vocab, hidden, tied, ids, out_ptr): the embedding rows of a list of token "
+     "ids (tied: from the LM head's skinny panels); ValueError for an id outside the vocabulary."},
     {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,
      "attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale): "
      "rotary, K/V written, causal grouped-query attention of a decode or verify chunk."},

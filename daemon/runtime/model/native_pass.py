@@ -14,7 +14,8 @@ q/k/v GEMM, the native attention (rotary, the chunk's K/V written, causal attent
 output GEMM, the residual add fused into the next RMSNorm, the gated MLP GEMM and the down
 GEMM; then the final norm and the LM head with its block maxima. Every call takes pointers
 as integers into workspace buffers kept between passes (grown to the most rows seen); only
-the token ids, each row's (slot, start, length) and the logits are new tensors.
+each row's (slot, start, length) and the logits are new tensors (the token ids go to the
+native embedding gather as a list).
 
 It takes what the native kernels take: a whole float32 model on a CPU whose every layer runs
 them (native attention, RMSNorm, weights on the skinny GEMM's panels, no biases), plain rows
@@ -45,7 +46,7 @@ DISABLE_ENV = "SPECCTL_NATIVE_PASS"  # "0": every pass through the modules
 class LayerPointers:
     """One decoder layer's weights and KV cache as addresses (the tensors stay the model's;
     `NativePass.keep` holds them while the pass lives). A GEMM's `*_big`: its weight is large
-    enough to run on every thread (skinny.MIN_THREAD_BYTES, the module path's rule)."""
+    enough to run on every thread (skinny.runs_threaded, the module path's rule)."""
 
     input_norm: int
     post_norm: int
@@ -60,10 +61,6 @@ class LayerPointers:
     keys: int  # [slots, H_kv, max_len, D]
     values: int
     window: int  # 0: none
-
-
-def _is_big(panels: torch.Tensor) -> bool:
-    return panels.numel() * panels.element_size() >= skinny.MIN_THREAD_BYTES
 
 
 class NativePass:
@@ -99,13 +96,13 @@ class NativePass:
                     input_norm=norms[0].data_ptr(),
                     post_norm=norms[1].data_ptr(),
                     qkv=qkv.data_ptr(),
-                    qkv_big=_is_big(qkv),
+                    qkv_big=skinny.runs_threaded(qkv),
                     o=o.data_ptr(),
-                    o_big=_is_big(o),
+                    o_big=skinny.runs_threaded(o),
                     gate_up=gate_up.data_ptr(),
-                    gate_up_big=_is_big(gate_up),
+                    gate_up_big=skinny.runs_threaded(gate_up),
                     down=down.data_ptr(),
-                    down_big=_is_big(down),
+                    down_big=skinny.runs_threaded(down),
                     keys=model.cache.keys[attn.layer].data_ptr(),
                     values=model.cache.values[attn.layer].data_ptr(),
                     window=attn.window or 0,
@@ -118,12 +115,21 @@ class NativePass:
             assert model.lm_head is not None and model.lm_head.panels is not None
             head = model.lm_head.panels
         self.head = head
+        self.head_threads = skinny.runs_threaded(head)
         self.vocab = model.vocab_size
+        # the embedding rows are gathered from the tied head's panels, or the dense table
+        if model.tied_head is not None:
+            table, self.tied, self.table_rows = model.tied_head, True, self.vocab
+        else:
+            assert model.embed_tokens is not None
+            table = model.embed_tokens.weight.detach()
+            self.tied, self.table_rows = False, table.shape[0]
+        self.table = table.data_ptr()
         cos, signed_sin = model.rotary.cos, model.rotary.signed_sin
         self.cos, self.signed_sin = cos.data_ptr(), signed_sin.data_ptr()
         # everything whose address is taken above, alive as long as this pass
         caches = [*model.cache.keys, *model.cache.values]
-        self.keep = (weights, head, model.norm.weight, cos, signed_sin, caches)
+        self.keep = (weights, head, table, model.norm.weight, cos, signed_sin, caches)
         self.capacity = 0  # rows the workspace holds
         self.buffers: dict[str, torch.Tensor] = {}
         self.addresses: dict[str, int] = {}  # the buffers' data pointers
@@ -169,6 +175,7 @@ class NativePass:
         if rows > self.capacity:
             capacity = max(rows, 2 * self.capacity)
             widths = {
+                "embedded": self.hidden,
                 "normed": self.hidden,
                 "res_a": self.hidden,
                 "res_b": self.hidden,
@@ -208,9 +215,9 @@ class NativePass:
             native_rows += (slot, start, len(ids))
         rows_t = int64_tensor(native_rows)
         rows_ptr = rows_t.data_ptr()
-        # [B, T, hidden]: the embedding rows, read by the first norm
-        x = self.model.embed(int64_tensor(flat_ids).view(num_seqs, chunk)).contiguous()
-        residual = x.data_ptr()  # the residual stream: x, then res_a and res_b in turn
+        # [B * T, hidden]: the embedding rows, read by the first norm (a bad id: ValueError)
+        k.embed(self.table, self.table_rows, hidden, self.tied, flat_ids, ws["embedded"])
+        residual = ws["embedded"]  # the residual stream: embedded, then res_a and res_b in turn
         pending = 0  # the last MLP's output, added to the residual by the next norm (0: none)
         threads = torch.get_num_threads()
         wide_min = skinny.wide_min_rows()
@@ -271,7 +278,7 @@ class NativePass:
         logits = torch.empty(*shape, self.vocab, dtype=torch.float32)
         maxima = torch.empty(*shape, -(-self.vocab // skinny.BMAX_BLOCK), dtype=torch.float32)
         k.gemm(final.data_ptr(), hidden, self.head.data_ptr(), logits.data_ptr(), self.vocab,
-               out_rows, self.vocab, hidden, threads if _is_big(self.head) else 1, False,
+               out_rows, self.vocab, hidden, threads if self.head_threads else 1, False,
                maxima.data_ptr(), wide_min)  # fmt: skip
         block_maxima.remember(logits, maxima)
         return logits
