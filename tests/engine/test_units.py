@@ -233,6 +233,30 @@ def test_cost_model_interpolates_lengths() -> None:
     assert costs.verify_cost(9, 3) == costs.verify_cost(16, 3)  # unmeasured: the nearest's
 
 
+def test_a_longer_pass_is_never_priced_below_a_shorter_one() -> None:
+    """T = 3 measured in a faster spell than T = 1 and 2 (the narrow bench target at batch
+    1): the three are priced at their mean weighted by samples, and no round drafting 2
+    looks cheaper than a plain round; a rising table is left as measured."""
+    costs = CostModel()
+    for _ in range(4):
+        costs.record_verify(1, 1, 0.0139)
+        costs.record_verify(1, 3, 0.0118)
+        costs.record_verify(1, 5, 0.0166)
+    for _ in range(2):
+        costs.record_verify(1, 2, 0.0137)
+    pooled = (4 * 0.0139 + 2 * 0.0137 + 4 * 0.0118) / 10
+    for length in (1, 2, 3):
+        assert abs((costs.verify_cost(1, length) or 0.0) - pooled) < 1e-12
+    assert costs.verify_cost(1, 5) == 0.0166
+    assert abs((costs.verify_cost(1, 4) or 0.0) - (pooled + 0.0166) / 2) < 1e-12
+    round_costs = costs.round_costs(1, 4) or []
+    assert round_costs == sorted(round_costs)
+    rising = CostModel()
+    for length, seconds in ((1, 0.010), (2, 0.011), (4, 0.015)):
+        rising.record_verify(1, length, seconds)
+    assert [rising.verify_cost(1, t) for t in (1, 2, 4)] == [0.010, 0.011, 0.015]
+
+
 def test_each_batch_size_keeps_its_own_costs() -> None:
     """A wave's tail (11 sequences, drafting long, cheaper passes) does not price the full
     batch's long passes; an unmeasured batch size takes the nearest measured one's costs."""

@@ -44,6 +44,13 @@ T = 2 at 1.89x T = 1 (1.46x once re-measured), drafted 4 where k = 2 paid, and m
 a ms against k = 2's 0.30. So each (batch size, T) notes the pass count at its newest sample
 (passes_since), the controller re-measures lengths STALE_PASSES passes old that could still
 win (controller.py), and a length measured again after that long drops its older samples.
+
+A pass of more tokens never costs less than one of fewer (the same weights read, more rows
+computed), but medians taken in different spells can say it does: adaptive at batch 1 on the
+narrow bench target held T = 1 at 13.9 ms, T = 2 13.7, T = 3 11.8 (a faster minute's), T = 4
+12.8, and priced a round drafting 2 below a plain round. So the table is made non-decreasing
+in T (pool adjacent violators, weighted by their sample counts): such a run of lengths is
+priced at its weighted mean, and the choice between them falls to what each emits.
 """
 
 import statistics
@@ -235,10 +242,16 @@ class CostModel:
         return _fit_line(self.draft_samples[_nearest_key(self.draft_samples, batch_size)])
 
     def _verify_table(self, batch_size: int) -> dict[int, float]:
+        """Length -> seconds of a pass at this batch size (the nearest measured one's): each
+        length's median, made non-decreasing in the length (_monotone)."""
         if batch_size not in self.verify_samples:
             batch_size = _nearest_key(self.verify_samples, batch_size)
         speed = self.speed
-        return {t: _median(s) * speed for t, s in self.verify_samples[batch_size].items()}
+        per_len = self.verify_samples[batch_size]
+        lengths = sorted(per_len)
+        medians = [_median(per_len[t]) * speed for t in lengths]
+        counts = [len(per_len[t]) for t in lengths]
+        return dict(zip(lengths, _monotone(medians, counts), strict=True))
 
 
 def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
@@ -277,6 +290,21 @@ def _fit_median_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
     if slope <= 0.0:
         return statistics.median(s for _, s in samples), 0.0
     return mean_s - slope * mean_k, slope
+
+
+def _monotone(values: list[float], weights: list[int]) -> list[float]:
+    """The non-decreasing sequence nearest `values` in weighted least squares (pool adjacent
+    violators): a run of lengths whose medians fall is priced at their weighted mean."""
+    blocks: list[list[float]] = []  # [mean, weight, number of values]
+    for value, weight in zip(values, weights, strict=True):
+        blocks.append([value, float(weight), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean, total, size = blocks.pop()
+            previous = blocks[-1]
+            joint = previous[1] + total
+            previous[0] = (previous[0] * previous[1] + mean * total) / joint
+            previous[1], previous[2] = joint, previous[2] + size
+    return [mean for mean, _, size in blocks for _ in range(int(size))]
 
 
 def _nearest_key(table: dict[int, object], key: int) -> int:
