@@ -74,8 +74,9 @@ def main(argv: list[str] | None = None) -> None:
         if not (path / "config.json").is_file():
             parser.error(f"--models: {path} holds no config.json")
     table = Table(title=f"one pass, batch {args.batch}, {args.threads} thread(s), 128 cached")
-    for column in ("model", "tokens", "native pass ms", "module path ms", "module / native"):
-        table.add_column(column, justify="left" if column == "model" else "right")
+    table.add_column("model", overflow="fold")  # a long path wraps, never cut short
+    for column in ("tokens", "native pass ms", "module path ms", "module / native"):
+        table.add_column(column, justify="right")
     for path in models:
         try:
             rows = measure(path, args.tokens, args.batch, args.repeats)

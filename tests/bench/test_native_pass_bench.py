@@ -19,9 +19,16 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_prints_a_row_per_model_and_token_count() -> None:
     result = _run("--tokens", "1,3", "--repeats", "1")
     assert result.returncode == 0, result.stderr
-    rows = [line for line in result.stdout.splitlines() if line.strip().startswith("│")]
-    cells = [[cell.strip() for cell in row.split("│")[1:-1]] for row in rows]
+    lines = [line for line in result.stdout.splitlines() if line.strip().startswith("│")]
+    cells: list[list[str]] = []
+    for line in lines:
+        row = [cell.strip() for cell in line.split("│")[1:-1]]
+        if row[1]:
+            cells.append(row)
+        else:  # a narrow terminal wraps a long model path onto the next line
+            cells[-1][0] += row[0]
     assert [c[1] for c in cells] == ["1", "3", "1", "3"]  # the draft's rows, then the target's
+    assert [c[0] for c in cells] == ["demo-models/draft"] * 2 + ["demo-models/target"] * 2
     assert all(float(c[2]) > 0 and float(c[3]) > 0 and float(c[4]) > 0 for c in cells)
 
 
