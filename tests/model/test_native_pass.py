@@ -107,6 +107,10 @@ def test_the_embedding_gather_takes_the_edges_and_names_an_id_outside_the_vocabu
         with pytest.raises(ValueError, match=rf"token id {bad} is outside the vocabulary"):
             fast.native_pass.forward(batch)
     assert torch.equal(fast.cache.keys[0][2], keys)
+    if fast.embed_tokens is not None and not fast.native_pass.tied:  # a strided dense table
+        weight = fast.embed_tokens.weight.detach()
+        fast.embed_tokens.weight = torch.nn.Parameter(weight.t().contiguous().t(), False)
+        assert not NativePass.supports(fast)
 
 
 def test_prefills_and_fork_rows_take_the_module_path(llama_dir: Path) -> None:

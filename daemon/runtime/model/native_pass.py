@@ -151,6 +151,10 @@ class NativePass:
             model.lm_head is None or model.lm_head.panels is None or model.lm_head.bias is not None
         ):
             return False
+        if model.tied_head is None and (
+            model.embed_tokens is None or not model.embed_tokens.weight.is_contiguous()
+        ):
+            return False  # the native gather reads the dense table's rows at its width
         for layer in model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
