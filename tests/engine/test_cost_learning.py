@@ -8,13 +8,13 @@ from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.helpers import make_engine
 
 
-def test_draft_cost_is_learned_from_steady_rounds_and_cheaper_catch_ups(
+def test_draft_cost_is_learned_from_steady_rounds_and_catch_ups_apart(
     target_dir: Path, draft_dir: Path, prompts: list[list[int]]
 ) -> None:
     """The engine's first drafting round pays one-time costs: not learned. After plain rounds
     the drafter first feeds what they committed: that round costs more than drafting does, so
-    the cost model learns it only where it costs less than the model's price (an upper
-    bound that corrects an over-estimate)."""
+    the cost model learns it as drafting's price only where it costs less than the model's
+    price (an upper bound that corrects an over-estimate), and as a catch-up always."""
     engine = make_engine(target_dir, draft_dir, k=2, batch=2)
     params = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
     for i, prompt in enumerate(prompts[:2]):
@@ -41,8 +41,11 @@ def test_draft_cost_is_learned_from_steady_rounds_and_cheaper_catch_ups(
     costs.record_draft(2, 2, 1e-9)  # a price below any real round's
     catch_up()
     assert learned() == 1  # a catch-up dearer than the price: not learned
+    # ... as drafting's price, but as a catch-up: the 4 plain rounds' tokens fed first
+    assert [behind for behind, _ in costs.catch_up_samples[2]] == [4]
     engine.step()
     assert learned() == 2  # the steady round after it is
+    assert len(costs.catch_up_samples[2]) == 1  # and it is no catch-up
     samples[2].clear()
     costs.record_draft(2, 2, 10.0)  # a price far above any real round's
     catch_up()

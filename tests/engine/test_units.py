@@ -1,11 +1,16 @@
 """Unit tests of the engine's model-free parts: n-gram lookup, stop checks, the controller."""
 
+import math
 import random
 
 import torch
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
-from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
+from daemon.runtime.engine.controller import (
+    MAX_EXPLORE_EVERY,
+    ControllerConfig,
+    SpeculationController,
+)
 from daemon.runtime.engine.cost_model import STALE_PASSES, CostModel
 from daemon.runtime.engine.stop import FINISH_LENGTH, FINISH_STOP, StopChecker, truncate_at_stop
 from daemon.runtime.proposers.base import ProposeRequest
@@ -164,6 +169,51 @@ def test_exploration_keeps_its_pace_where_a_speculative_round_is_cheap() -> None
     ctl, ests = _plain_winning(0.0008, 0.0024)
     assert abs(_exploration_loss(ctl, ests)) < 0.0005
     assert _explorations(ctl, ests, 16 * 20) == 20  # after one plain choice above
+
+
+def test_cost_model_learns_a_catch_up_beyond_the_steady_drafting_price() -> None:
+    """A drafting round after plain ones costs its steady price plus feeding the drafter what
+    they committed: learned apart, per token behind, and before any steady round as a whole
+    (the drafting step with it)."""
+    costs = CostModel()
+    assert costs.catch_up_line(32) == (0.0, 0.0)
+    costs.record_catch_up(32, 1, 16, 0.022)  # no steady price yet: all of it
+    assert costs.catch_up_line(32) == (0.0, 0.022 / 16)
+    costs.record_draft(32, 1, 0.005)
+    costs.catch_up_samples.clear()
+    for behind in (4, 8, 16, 4, 8, 16):
+        costs.record_catch_up(32, 1, behind, 0.005 + 0.002 + 0.001 * behind)
+    intercept, per_token = costs.catch_up_line(32)
+    assert abs(intercept - 0.002) < 1e-9 and abs(per_token - 0.001) < 1e-9
+    assert costs.catch_up_line(16) == (intercept, per_token)  # the nearest batch size's
+    assert costs.draft_cost(32, 1) == 0.005  # the steady price is not moved by catch-ups
+
+
+def test_exploration_is_rarer_where_it_pays_a_catch_up() -> None:
+    """The wide bench target at 32 sequences on the CPU: a K = 1 round after 16 plain ones
+    fed the drafter 16 tokens a row first (22 ms against 4.8 for a steady step) and lost
+    ~64 ms where 34 were predicted. With the catch-up priced, the loss per exploration
+    grows with the interval, and the interval grows until the budget covers it; where the
+    catch-up alone costs more per plain round than the budget allows, exploring never pays
+    for itself and happens at the longest interval."""
+    ctl, ests = _plain_winning(0.0008, 0.0024)
+    assert ctl.choose(ests, [8] * 16) == [0] * 16
+    assert ctl._explore_every == 16  # a K = 1 round costs what plain decoding pays
+    # 1 ms beyond the steady price, plus 0.02 ms per token behind (a plain round: 3.2 ms,
+    # so the budget is 0.064 ms a plain round, 0.044 of it left past the feeding)
+    for behind in (16, 32, 16, 32):
+        ctl.costs.record_catch_up(16, 1, behind, 0.0008 + 0.001 + 0.00002 * behind)
+    ctl._plain_batch = None
+    assert ctl.choose(ests, [8] * 16) == [0] * 16
+    loss = _exploration_loss(ctl, ests) + 0.001
+    assert ctl._explore_every == max(16, math.ceil(loss / (0.02 * 0.0032 - 0.00002)))
+    assert ctl._explore_every > 16
+    ctl.costs.catch_up_samples.clear()
+    for behind in (16, 32, 16, 32):  # feeding costs 0.08 ms a token: over the budget
+        ctl.costs.record_catch_up(16, 1, behind, 0.0008 + 0.00008 * behind)
+    ctl._plain_batch = None
+    assert ctl.choose(ests, [8] * 16) == [0] * 16
+    assert ctl._explore_every == MAX_EXPLORE_EVERY
 
 
 def test_a_kept_plain_choice_follows_the_batch_and_its_observations() -> None:

@@ -52,6 +52,15 @@ plain rounds since the last one. Where a speculative round costs many plain roun
 requests on an H200, whose draft steps are host-bound: a K = 1 round at 16 sequences took 15
 ms against 3.2 for a plain one), one every 16 rounds made adaptive 0.75x plain decoding; where
 it costs little (a CPU), the rule changes nothing.
+An exploratory round also feeds the drafter first what the plain rounds since the last one
+committed (a catch-up). At 32 sequences on the wide bench target (CPU) a K = 1 round after 16
+plain ones drafted for 22 ms where a steady drafting step costs 4.8, and lost ~64 ms where
+34 were predicted; worse, drafting's price was never learned there at all (every drafting
+round was a catch-up, which the draft line rightly leaves out), so it was priced 0. The cost
+model now learns catch-ups apart, as a line in the tokens behind (cost_model.py), and the
+interval grows until the budget covers the exploratory round and its catch-up: where
+feeding one plain round's tokens costs more than the budget's share of that round, no
+interval does, and exploration waits MAX_EXPLORE_EVERY rounds.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -282,7 +291,8 @@ class SpeculationController:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         self._last_choice = (tokens, best_rate, costs)
-        self._explore_every = _exploration_interval(tokens, costs, batch)
+        catch_up = self.costs.catch_up_line(batch)
+        self._explore_every = _exploration_interval(tokens, costs, batch, catch_up)
         return best_k
 
     def could_win(self, batch: int, max_k: int) -> set[int] | None:
@@ -297,15 +307,23 @@ class SpeculationController:
         return {k for k in range(1, max_k + 1) if tokens[k] / max(floors[k], 1e-9) > best_rate}
 
 
-def _exploration_interval(tokens: list[float], costs: list[float], batch: int) -> int:
-    """Plain rounds between two exploratory rounds at K = 1: EXPLORE_EVERY, or as many as
-    keep the exploratory round's predicted loss, costs[1] - tokens[1] * costs[0] / batch (its
-    cost beyond what plain decoding pays for the same tokens), within EXPLORE_BUDGET of the
-    plain rounds' time; at most MAX_EXPLORE_EVERY."""
+def _exploration_interval(
+    tokens: list[float], costs: list[float], batch: int, catch_up: tuple[float, float]
+) -> int:
+    """Plain rounds between two exploratory rounds at K = 1: EXPLORE_EVERY, or as many, n, as
+    keep the exploratory round's predicted loss within EXPLORE_BUDGET of the n plain rounds'
+    time; at most MAX_EXPLORE_EVERY. Its loss is its cost beyond what plain decoding pays for
+    the same tokens, costs[1] - tokens[1] * costs[0] / batch, plus its catch-up: the drafter
+    first feeds the n tokens each row committed meanwhile, a + p * n (`catch_up`, learned).
+    Where p alone is over the budget's share of a plain round, no interval keeps the loss
+    within it: MAX_EXPLORE_EVERY."""
     if len(costs) < 2 or costs[0] <= 0.0 or batch <= 0:
         return EXPLORE_EVERY
-    loss = costs[1] - tokens[1] * costs[0] / batch
-    needed = math.ceil(loss / (EXPLORE_BUDGET * costs[0])) if loss > 0.0 else 0
+    fixed = costs[1] - tokens[1] * costs[0] / batch + catch_up[0]
+    margin = EXPLORE_BUDGET * costs[0] - catch_up[1]  # per plain round between two
+    if margin <= 0.0:
+        return MAX_EXPLORE_EVERY
+    needed = math.ceil(fixed / margin) if fixed > 0.0 else 0
     return min(MAX_EXPLORE_EVERY, max(EXPLORE_EVERY, needed))
 
 

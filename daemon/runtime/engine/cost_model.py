@@ -8,6 +8,10 @@
 - verify(B, T): the median of recent passes of T tokens per sequence (robust to the odd slow
   pass: a first pass of a shape, a collection, a neighbour on the core), interpolated
   linearly in T between measured lengths, times the machine's current speed (below).
+  A round that first fed the drafter the tokens of rounds without drafts (a catch-up) is
+  left out of that line (engine.py says why); what it cost beyond the line's price is
+  learned apart, as e_B + f_B * (tokens behind per row): what an exploratory round from
+  plain decoding pays for the plain rounds before it (controller.py).
 - overhead(B, k) = c_B + d_B * k: the time per round outside the forward passes (scheduling,
   sampling, bookkeeping), a line through the median of each k's recent rounds. Its fixed
   part favours longer rounds; leaving it out makes short rounds look cheaper than they are.
@@ -82,12 +86,23 @@ class CostModel:
     # batch size -> verify passes recorded at it, and T -> that count at T's newest sample
     verify_passes: dict[int, int] = field(default_factory=dict)
     verify_newest: dict[int, dict[int, int]] = field(default_factory=dict)
+    # batch size -> recent (tokens behind, seconds) of drafting rounds that first fed the
+    # drafter what rounds without drafts committed, beyond the steady price of their drafting
+    catch_up_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
 
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
         if num_steps > 0:
             samples = self.draft_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
             samples.append((num_steps, seconds))
+
+    def record_catch_up(self, batch_size: int, num_steps: int, behind: int, seconds: float) -> None:
+        """A drafting round of `num_steps` whose rows first fed up to `behind` tokens each:
+        learned as its cost beyond drafting's steady price (all of it before that is known)."""
+        if behind > 0:
+            extra = max(0.0, seconds - self.draft_cost(batch_size, num_steps))
+            samples = self.catch_up_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
+            samples.append((behind, extra))
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
         per_len = self.verify_samples.setdefault(batch_size, {})
@@ -151,6 +166,14 @@ class CostModel:
         if line is None:
             return 0.0
         return max(0.0, line[0] + line[1] * num_steps)
+
+    def catch_up_line(self, batch_size: int) -> tuple[float, float]:
+        """(intercept, slope per token behind) of what a drafting round pays beyond its steady
+        price for feeding the drafter first (the nearest measured batch size's; (0, 0) before
+        any catch-up was measured)."""
+        if not self.catch_up_samples:
+            return 0.0, 0.0
+        return _fit_line(self.catch_up_samples[_nearest_key(self.catch_up_samples, batch_size)])
 
     def overhead_cost(self, batch_size: int, k: int) -> float:
         """Seconds a round drafting k tokens a row spends outside its forward passes."""

@@ -302,10 +302,8 @@ class SpecEngine:
         self.controller.costs.record_verify(batch, verdict.tokens_per_seq, verdict.verify_time_s)
         max_k = max(proposals.num_draft_tokens, default=0)
         if max_k and not exploring:  # the other form's drafting costs what it costs
-            caught_up = all(s.drafter_in_step for s, k in zip(seqs, ks, strict=True) if k)
-            self._learn_draft_cost(batch, max_k, proposals.draft_time_s, caught_up)
-        for seq, num_draft in zip(seqs, proposals.num_draft_tokens, strict=True):
-            seq.drafter_in_step = num_draft > 0
+            behind = max(s.drafter_behind for s, k in zip(seqs, ks, strict=True) if k)
+            self._learn_draft_cost(batch, max_k, proposals.draft_time_s, behind)
         stats.batch_size, stats.speculation_len = batch, max(ks, default=0)
         stats.draft_time_s, stats.verify_time_s = proposals.draft_time_s, verdict.verify_time_s
         stats.accepted_per_pos = [0] * max_k
@@ -335,7 +333,7 @@ class SpecEngine:
         self._measured = coupled, coupled != self.chooser.form(batch)
         return self._measured
 
-    def _learn_draft_cost(self, batch: int, k: int, seconds: float, caught_up: bool) -> None:
+    def _learn_draft_cost(self, batch: int, k: int, seconds: float, behind: int) -> None:
         """Teach the cost model a drafting round's time, except where it says more about the
         round than about drafting:
           * the engine's first drafting round pays one-time costs (on an H200, sampled: 134 ms
@@ -347,12 +345,19 @@ class SpecEngine:
             upper bound on drafting's, so it is learned where it is below half the model's
             price for those steps: a price that far off is corrected by the rounds after
             plain ones, and the lucky half of catch-ups that cost about the price does not
-            bias it low (learning every one below the price would)."""
+            bias it low (learning every one below the price would).
+        A catch-up's own cost (`behind`: the most tokens a drafting row had to feed first) is
+        learned apart, as what it costs beyond the steady price: it is what an exploratory
+        round from plain decoding pays (controller.py)."""
         first = not self._drafted
         self._drafted = True
         costs = self.controller.costs
-        if first or not (caught_up or seconds < CATCH_UP_LEARNED * costs.draft_cost(batch, k)):
+        if first:
             return
+        if behind:
+            costs.record_catch_up(batch, k, behind, seconds)
+            if seconds >= CATCH_UP_LEARNED * costs.draft_cost(batch, k):
+                return
         costs.record_draft(batch, k, seconds)
 
     def _commit(
@@ -372,7 +377,9 @@ class SpecEngine:
         stats.num_accepted_tokens += num_accepted
         for pos in range(num_accepted):
             stats.accepted_per_pos[pos] += 1
-        stats.num_emitted_tokens += seq.append(emitted)
+        appended = seq.append(emitted)
+        seq.drafter_behind = 0 if num_draft else seq.drafter_behind + appended
+        stats.num_emitted_tokens += appended
 
     def _k_limit(self, seq: Sequence) -> int:
         """Most drafts worth asking for: room in the context and tokens left to generate."""
