@@ -94,3 +94,44 @@ def test_a_vanishing_temperature_decodes_greedily(
                             ignore_eos=True)  # fmt: skip
     outputs = engine.generate(Request(f"r{i}", p, params) for i, p in enumerate(prompts[:4]))
     assert _tokens(outputs) == reference[:4]
+
+
+def test_engines_over_one_loaded_pair_in_their_own_slots(
+    target_dir: Path, draft_dir: Path, prompts, reference
+) -> None:
+    """Two engines over the same loaded target and draft, each in its own range of KV-cache
+    slots, stepped in turn with both batches live (as the bench runs its configurations):
+    each decodes exactly what one engine alone does. A range past the models' slots is
+    refused, saying which."""
+    from daemon.runtime.engine.config import EngineConfig
+    from daemon.runtime.engine.engine import SpecEngine
+    from daemon.runtime.engine.request import Request
+    from daemon.runtime.errors import RequestError
+    from daemon.runtime.proposers.draft_model import DraftModelProposer
+    from daemon.runtime.sampling.params import SamplingParams
+
+    shared = make_engine(target_dir, draft_dir, k=4, batch=8)
+    target, draft = shared.target, shared.proposer.model  # type: ignore[union-attr]
+
+    def engine(k: int, first_slot: int) -> SpecEngine:
+        proposer = DraftModelProposer(draft) if k else None
+        config = EngineConfig(max_batch_size=4, num_speculative_tokens=k)
+        return SpecEngine(target, proposer, config, first_slot=first_slot)
+
+    pair = [engine(0, 0), engine(4, 4)]
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    for e in pair:
+        for i, prompt in enumerate(prompts[:4]):
+            e.add_request(Request(f"r{i}", prompt, params))
+    done: list[dict[str, list[int]]] = [{}, {}]
+    while any(e.has_unfinished() for e in pair):
+        for e, out in zip(pair, done, strict=True):
+            if e.has_unfinished():
+                out.update((o.request_id, o.token_ids) for o in e.step().finished)
+            assert {s.slot for s in e.scheduler.running} <= set(
+                range(e.scheduler.first_slot, e.scheduler.first_slot + 4)
+            )
+    for out in done:
+        assert [out[f"r{i}"] for i in range(4)] == reference[:4]
+    with pytest.raises(RequestError, match="max batch size 4 from slot 6 exceeds the model's 8"):
+        engine(0, 6)

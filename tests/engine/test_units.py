@@ -523,6 +523,12 @@ def test_scheduler_packs_slots_low_and_keeps_the_batch_in_slot_order() -> None:
     assert {s.slot for s in scheduler.retire_finished()} == {0, 2}
     assert [start(scheduler).slot for _ in range(2)] == [0, 2]
     assert [s.slot for s in scheduler.running] == [0, 1, 2, 3]
+    offset = Scheduler(num_slots=2, first_slot=6)  # an engine beside others on one model
+    for i in range(3):
+        offset.add(Request(f"o{i}", [1]))
+    assert [start(offset).slot for _ in range(2)] == [6, 7] and not offset.can_admit()
+    offset.free_all()
+    assert sorted(offset.free_slots) == [6, 7]
 
 
 def test_adaptive_measures_the_verify_lengths_its_choices_skip() -> None:

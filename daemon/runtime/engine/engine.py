@@ -64,18 +64,22 @@ class SpecEngine:
         config: EngineConfig,
         eos_token_ids: Iterable[int] = (),
         detokenize: Detokenize | None = None,
+        first_slot: int = 0,
     ) -> None:
-        if config.max_batch_size > target.num_slots:
+        """first_slot: the engine's sequences take the models' KV-cache slots first_slot ..
+        first_slot + max_batch_size - 1, so that engines over the same loaded models, each with
+        its own range, can run side by side (bench/spec_engine.py steps them in turn)."""
+        if first_slot < 0 or first_slot + config.max_batch_size > target.num_slots:
             raise RequestError(
-                f"max batch size {config.max_batch_size} exceeds the model's "
-                f"{target.num_slots} KV-cache slots"
+                f"max batch size {config.max_batch_size} from slot {first_slot} exceeds the "
+                f"model's {target.num_slots} KV-cache slots"
             )
         self.target = target
         self.proposer = proposer
         self.config = config
         self.eos_token_ids = frozenset(eos_token_ids)
         self.detokenize = detokenize
-        self.scheduler = Scheduler(config.max_batch_size)
+        self.scheduler = Scheduler(config.max_batch_size, first_slot)
         k = config.num_speculative_tokens if proposer is not None else 0
         self.controller = SpeculationController(
             ControllerConfig(max_k=k, adaptive=config.adaptive, fixed_k=k)
@@ -140,7 +144,7 @@ class SpecEngine:
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()
         self._admitting.clear()
-        self.scheduler.free_slots = list(range(self.scheduler.num_slots))
+        self.scheduler.free_all()
         self._request_ids.clear()
         deltas.extend(self._ended_waiting)
         self._ended_waiting.clear()

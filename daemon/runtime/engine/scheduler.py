@@ -12,12 +12,17 @@ from daemon.runtime.engine.sequence import Sequence
 @dataclass(slots=True)
 class Scheduler:
     num_slots: int
+    first_slot: int = 0  # the slots are first_slot .. first_slot + num_slots - 1
     waiting: deque[Request] = field(default_factory=deque)
     running: list[Sequence] = field(default_factory=list)
     free_slots: list[int] = field(init=False)  # a min-heap: the lowest free slot goes first
 
     def __post_init__(self) -> None:
-        self.free_slots = list(range(self.num_slots))
+        self.free_all()
+
+    def free_all(self) -> None:
+        """Every slot free (the engine dropped its sequences)."""
+        self.free_slots = list(range(self.first_slot, self.first_slot + self.num_slots))
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
