@@ -20,6 +20,7 @@ from bench.machine import describe_machine
 from bench.peers.result import PeerResult
 from bench.spec_engine import RunResult, RunSpec, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
+from daemon.runtime.engine.builder import load_tokenizer
 from daemon.runtime.engine.graphs_ahead import GraphCapture
 from daemon.runtime.model.protocol import CausalLM
 
@@ -106,6 +107,23 @@ def fixed_ks(cfg: BenchConfig) -> list[int]:
     return sorted(set(cfg.sweep_ks) | {cfg.k})
 
 
+def group_specs(cfg: BenchConfig) -> list[RunSpec]:
+    """The configurations run side by side: target-only, every fixed k, adaptive (ceiling:
+    the largest fixed k)."""
+    specs = [RunSpec("target-only")]
+    specs += [RunSpec(f"spec k={k}", k) for k in fixed_ks(cfg)]
+    return [*specs, RunSpec("spec adaptive", max(fixed_ks(cfg)), adaptive=True)]
+
+
+def context_len(prompt_sets: dict[str, list[list[int]]], cfg: BenchConfig) -> int:
+    """The KV cache's context per slot: the longest prompt, its new tokens and a round's
+    drafts past them, rounded up to 64. The checkpoint's 2,048 at 32 sequences times every
+    configuration (the groups run side by side, each in its own slots) would take 6.5 GB on
+    the narrow target; the workload uses a sixth of it."""
+    longest = max(len(p) for prompts in prompt_sets.values() for p in prompts)
+    return -(-(longest + cfg.max_tokens + max(fixed_ks(cfg)) + 1) // 64) * 64
+
+
 def specctl_rows(
     bench: SpecBench, cfg: BenchConfig, prompt_sets: dict[str, list[list[int]]]
 ) -> tuple[list[Row], list[RunResult]]:
@@ -113,10 +131,7 @@ def specctl_rows(
     largest fixed k), side by side on the same loaded models, their repeats interleaved."""
     rows: list[Row] = []
     runs: list[RunResult] = []
-    ceiling = max(fixed_ks(cfg))
-    specs = [RunSpec("target-only")]
-    specs += [RunSpec(f"spec k={k}", k) for k in fixed_ks(cfg)]
-    specs.append(RunSpec("spec adaptive", ceiling, adaptive=True))
+    specs = group_specs(cfg)
     for name, prompts in prompt_sets.items():
         for conc in cfg.concurrencies:
             work = prompts if conc == 1 else repeat_to(prompts, conc)
@@ -129,10 +144,10 @@ def specctl_rows(
 
 def paired_ratio(a: Row, b: Row) -> float | None:
     """The median over repeats of a's tokens/s over b's in the same repeat (None without two
-    or more repeats each). The repeats go round-robin over the configurations, so repeat i of
-    each ran a few runs from the other's (under a minute in the CPU bench): a slow spell of the
-    machine, which halved a run here, falls on both sides of the ratio more often than not,
-    instead of on whichever configuration ran then."""
+    or more repeats each). Repeat i of each ran beside the other's (request by request at
+    concurrency 1, step by step above: SpecBench.run_group): a slow spell of the machine,
+    which halved a run here, falls on both sides of the ratio, instead of on whichever
+    configuration ran then."""
     if len(a.repeats) != len(b.repeats) or len(a.repeats) < 2:
         return None
     return statistics.median(x / y for x, y in zip(a.repeats, b.repeats, strict=True))
@@ -252,13 +267,22 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
         # the vLLM peer inherits these: OpenMP threads, bound to as many cores
         os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{cfg.threads - 1}"
-    bench = SpecBench(cfg.target, cfg.draft, cfg.dtype, max(cfg.concurrencies), cfg.device)
+    tokenizer = load_tokenizer(cfg.target)
     sets = {"code": cfg.code_prompts, "prose": cfg.prose_prompts}
     prompt_sets = {
-        name: tokenize(bench.tokenizer, load_prompt_texts(path)[: cfg.num_prompts])
+        name: tokenize(tokenizer, load_prompt_texts(path)[: cfg.num_prompts])
         for name, path in sets.items()
         if path is not None
     }
+    bench = SpecBench(
+        cfg.target,
+        cfg.draft,
+        cfg.dtype,
+        max(cfg.concurrencies),
+        cfg.device,
+        num_engines=len(group_specs(cfg)),
+        max_model_len=context_len(prompt_sets, cfg),
+    )
     code = prompt_sets["code"]
     rows, runs = specctl_rows(bench, cfg, prompt_sets)
     notes: list[str] = []

@@ -118,8 +118,8 @@ def _print_adaptive(summary: list[dict[str, Any]], console: Console) -> None:
     console.print(table)
     console.print(
         "  x best, x target: ratios of the medians; paired: the median over repeats of the ratio"
-        " within each repeat (the configurations' repeats run round-robin, one after another;"
-        " at concurrency 1 request by request)"
+        " within each repeat (the configurations' repeats run side by side: request by request"
+        " at concurrency 1, step by step above)"
     )
 
 

@@ -81,30 +81,47 @@ class SpecBench:
     several side by side."""
 
     def __init__(
-        self, target_dir: Path, draft_dir: Path, dtype: str, max_batch: int, device: str = "cpu"
+        self,
+        target_dir: Path,
+        draft_dir: Path,
+        dtype: str,
+        max_batch: int,
+        device: str = "cpu",
+        *,
+        num_engines: int = 1,
+        max_model_len: int | None = None,
     ) -> None:
+        """num_engines: how many engines of up to max_batch sequences a group runs at once,
+        each in its own range of KV-cache slots (run_group); max_model_len: the context the
+        KV cache holds per slot (None: the checkpoint's), which keeps that many slots small."""
         self.tokenizer = load_tokenizer(target_dir)
         check_same_vocabulary(target_dir, draft_dir, self.tokenizer)
         self.eos = eos_token_ids(target_dir, self.tokenizer)
         self.target: CausalLM = load_model(
-            target_dir, dtype=dtype, num_slots=max_batch, device=device
+            target_dir,
+            dtype=dtype,
+            num_slots=max_batch * num_engines,
+            device=device,
+            max_model_len=max_model_len,
         )
         # what each engine captured as CUDA graphs before its first request (none on a CPU)
         self.graph_captures: list[GraphCapture] = []
         self.draft: CausalLM = load_model(
             draft_dir,
             dtype=dtype,
-            num_slots=max_batch,
+            num_slots=max_batch * num_engines,
             max_model_len=self.target.max_model_len,
             device=device,
         )
 
-    def engine(self, concurrency: int, k: int, adaptive: bool) -> SpecEngine:
+    def engine(self, concurrency: int, k: int, adaptive: bool, first_slot: int = 0) -> SpecEngine:
         proposer = DraftModelProposer(self.draft) if k > 0 else None
         config = EngineConfig(
             max_batch_size=concurrency, num_speculative_tokens=k, adaptive=adaptive
         )
-        return SpecEngine(self.target, proposer, config, eos_token_ids=self.eos)
+        return SpecEngine(
+            self.target, proposer, config, eos_token_ids=self.eos, first_slot=first_slot
+        )
 
     def run(
         self,
@@ -148,11 +165,20 @@ class SpecBench:
         compared within a second or two instead of a minute. On the 2-core bench machine two
         engines of one configuration measured whole workload by whole workload differed by up
         to 14% a repeat (ratios 0.887-1.144, stdev 0.086, six repeats); request by request,
-        0.982-1.024 (stdev 0.014). The median repeat of each, in the order of `specs`."""
+        0.982-1.024 (stdev 0.014). Above concurrency 1, where the models have a range of
+        KV-cache slots for every configuration (num_engines), the engines hold their batches
+        at once and step in turn, the one with the least time so far next (_measure_by_step):
+        the configurations are compared step by step, ~0.1 s apart, instead of a whole
+        workload (~10 s) apart. Else each runs its whole workload in turn.
+        The median repeat of each, in the order of `specs`."""
         if repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
-        engines = [self.engine(concurrency, spec.k, spec.adaptive) for spec in specs]
+        by_step = concurrency > 1 and len(specs) * concurrency <= self.target.num_slots
+        engines = [
+            self.engine(concurrency, spec.k, spec.adaptive, i * concurrency if by_step else 0)
+            for i, spec in enumerate(specs)
+        ]
         self.graph_captures += [e.graph_capture for e in engines if e.graph_capture.num_graphs]
         warmup = prompts[: max(concurrency, 1)]
         for engine in engines:
@@ -162,6 +188,8 @@ class SpecBench:
         for i in range(repeats):
             if concurrency == 1:
                 measured = self._measure_by_request(engines, modes, prompts, params, f"r{i}")
+            elif by_step:
+                measured = self._measure_by_step(engines, modes, prompts, params, f"r{i}", i)
             else:
                 measured = [
                     self._measure(engine, mode, prompts, params, concurrency, f"r{i}")
@@ -211,6 +239,38 @@ class SpecBench:
         return [
             _result(engine, mode, out, wall_s, 1)
             for engine, mode, out, wall_s in zip(engines, modes, outputs, walls, strict=True)
+        ]
+
+    def _measure_by_step(
+        self,
+        engines: list[SpecEngine],
+        modes: list[str],
+        prompts: list[list[int]],
+        params: SamplingParams,
+        tag: str,
+        first: int = 0,
+    ) -> list[RunResult]:
+        """The whole workload on every engine at once (each in its own slots), one step at a
+        time, always of the engine with the least time so far: their times advance together,
+        so a slow spell of the machine falls on all of them alike. Each engine's wall time is
+        the sum of its own steps'. Ties (the first steps) go from engine `first` on: the
+        caller turns it with the repeat, so no configuration always prefills first."""
+        ids = [f"{tag}-{i}" for i in range(len(prompts))]
+        walls = [0.0] * len(engines)
+        done: list[dict[str, RequestOutput]] = [{} for _ in engines]
+        for engine in engines:
+            engine.stats = EngineStats()
+            for i, (request_id, prompt) in enumerate(zip(ids, prompts, strict=True)):
+                engine.add_request(Request(request_id, prompt, _seeded(params, i)))
+        while busy := [j for j, engine in enumerate(engines) if engine.has_unfinished()]:
+            j = min(busy, key=lambda j: (walls[j], (j - first) % len(engines)))
+            start = time.perf_counter()
+            step = engines[j].step()
+            walls[j] += time.perf_counter() - start
+            done[j].update((out.request_id, out) for out in step.finished)
+        return [
+            _result(engine, mode, [outs[i] for i in ids], wall_s, engine.config.max_batch_size)
+            for engine, mode, outs, wall_s in zip(engines, modes, done, walls, strict=True)
         ]
 
 
