@@ -280,7 +280,7 @@ class SpecEngine:
             self.proposer.admit(
                 [s.slot for s in new], [list(s.request.prompt_token_ids) for s in new]
             )
-        synchronize(self.target.device)  # the drafter's prefill is queued, not yet done
+        synchronize(self.target.device)  # the prefill is queued, not yet done
         stats.prefill_time_s = time.perf_counter() - t0
         stats.num_prefill_seqs = len(new)
         stats.num_prefill_tokens = sum(s.num_prompt_tokens for s in new)
@@ -295,10 +295,17 @@ class SpecEngine:
             max_total_len=self.target.max_model_len,
             detokenize=self.detokenize,
         )
-        return Sequence(request, slot, stop, self.controller.new_estimate())
+        seq = Sequence(request, slot, stop, self.controller.new_estimate())
+        if self.proposer is not None:  # it takes the prompt at the sequence's first drafts
+            seq.drafter_behind = seq.num_prompt_tokens
+        return seq
 
     def _round(self, seqs: list[Sequence], stats: RoundStats) -> None:
-        ks = self.controller.choose([s.acceptance for s in seqs], [self._k_limit(s) for s in seqs])
+        ks = self.controller.choose(
+            [s.acceptance for s in seqs],
+            [self._k_limit(s) for s in seqs],
+            backlog=max(s.drafter_behind for s in seqs),
+        )
         batch = len(seqs)
         coupled, exploring = self._proposal_form(seqs, ks)
         proposals = self._propose(seqs, ks, coupled)

@@ -27,9 +27,10 @@ class Sequence:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_rounds: int = 0
-    # tokens committed by this sequence's rounds without drafts, which the drafter first
-    # feeds when it next drafts (0: it drafted in the last round, or was just prefilled, and
-    # holds every token but the newest one or two)
+    # tokens the drafter first feeds when it next drafts for this sequence: its prompt until
+    # it first drafts (a draft model prefills it then), and what rounds without drafts
+    # committed since (0: it drafted in the last round and holds every token but the newest
+    # one or two)
     drafter_behind: int = 0
     num_reported: int = 0  # output tokens already handed out in deltas
     started_s: float = field(default_factory=time.perf_counter)

@@ -21,6 +21,7 @@ from typing import cast
 
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.batch import ForwardBatch, LogitsMode, group_by_length, prefill_budget
+from daemon.runtime.model.forward_metadata import check_batch
 from daemon.runtime.model.protocol import CausalLM, ForkingCausalLM, supports_forks
 from daemon.runtime.proposers.base import Proposals, ProposeRequest, empty_proposals
 from daemon.runtime.proposers.branch_planner import BranchPlanner, SequencePlan
@@ -88,11 +89,39 @@ class DraftModelProposer:
         self._outstanding: dict[int, DraftRecord] = {}  # the proposal the verifier checks
         self._plans: dict[int, SequencePlan] = {}  # the last prepare's, until adopted
         self._bases: dict[int, int] = {}  # committed tokens before the outstanding drafts
+        self._unfed: set[int] = set()  # admitted, prefilled at their first drafts (admit)
 
     # -- sequences ------------------------------------------------------------------------
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
-        for group in group_by_length([len(p) for p in prompts], self.max_prefill_tokens):
-            self._prefill([slots[i] for i in group], [prompts[i] for i in group])
+        """Checked now (a prompt the draft model cannot take fails here), prefilled at the
+        sequence's first drafts, with whatever the verifier committed by then (as the remote
+        drafter's admits travel, remote_proposer.py): a sequence never asked for drafts
+        (plain decoding, adaptive's choice where speculation does not pay) costs the drafter
+        nothing. At 16 sequences on a target 8x the draft's cost, prefilling every prompt at
+        admission cost ~5% of a plain run."""
+        check_batch(
+            ForwardBatch(slots, prompts, [0] * len(slots), LogitsMode.NONE),
+            num_slots=self.model.num_slots,
+            max_model_len=self.model.max_model_len,
+            vocab_size=self.model.vocab_size,
+        )
+        for slot in slots:
+            self._forget(slot)
+            self._unfed.add(slot)
+
+    def _feed_new(self, request: ProposeRequest) -> None:
+        """Prefill the committed tokens of the admitted sequences this round first drafts for
+        (with room in the draft's context to draft)."""
+        room = self.model.max_model_len
+        new = [
+            b
+            for b, slot in enumerate(request.slots)
+            if slot in self._unfed
+            and min(request.num_to_draft[b], room - len(request.token_ids[b])) > 0
+        ]
+        tokens = [request.token_ids[b] for b in new]
+        for group in group_by_length([len(t) for t in tokens], self.max_prefill_tokens):
+            self._prefill([request.slots[new[i]] for i in group], [tokens[i] for i in group])
 
     def _prefill(self, slots: list[int], prompts: list[list[int]]) -> None:
         batch = ForwardBatch(slots, prompts, [0] * len(slots), LogitsMode.NONE)
@@ -109,6 +138,7 @@ class DraftModelProposer:
         self.model.free_slot(slot)
 
     def _forget(self, slot: int) -> None:
+        self._unfed.discard(slot)
         self._states.pop(slot, None)
         self._outstanding.pop(slot, None)
         self._plans.pop(slot, None)
@@ -118,6 +148,8 @@ class DraftModelProposer:
     # -- fresh drafts -----------------------------------------------------------------------
     def propose(self, request: ProposeRequest) -> Proposals:
         self.sampler.coupled_round = request.coupled
+        start = time.perf_counter()
+        self._feed_new(request)
         num_seqs = len(request.slots)
         records = [DraftRecord() for _ in range(num_seqs)]
         rows: list[DraftRow] = []
@@ -134,7 +166,6 @@ class DraftModelProposer:
                 rows.append(row)
         if not rows:
             return empty_proposals(num_seqs)
-        start = time.perf_counter()
         run_rows(self.model, self.sampler, rows, with_alternatives=self.is_branching)
         proposals = pack_records(records)
         proposals.draft_time_s = time.perf_counter() - start
@@ -203,6 +234,7 @@ class DraftModelProposer:
         self.sampler.coupled_round = request.coupled
         budget = min(max_branches or self.planner.max_branches, self.planner.max_branches)
         self._ensure_forks()
+        self._feed_new(request)
         plans: dict[int, SequencePlan] = {}
         rows: list[DraftRow] = []
         for b, slot in enumerate(request.slots):
