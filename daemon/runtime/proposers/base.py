@@ -76,7 +76,8 @@ class Proposer(Protocol):
     name: str
 
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
-        """New sequences joined (a draft model prefills its KV cache here)."""
+        """New sequences joined (a draft model checks them here and prefills them at their
+        first drafts)."""
         ...
 
     def propose(self, request: ProposeRequest) -> Proposals:
