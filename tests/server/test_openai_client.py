@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import openai
@@ -225,11 +226,16 @@ def test_disconnected_stream_frees_its_slot(server: ServeProcess) -> None:
 
 
 def test_client_gone_before_a_whole_response_frees_its_slot(server: ServeProcess) -> None:
-    aborted_before = server.metric("vllm:request_success_total", finished_reason="abort")
+    """The client gives up a quarter of the way through a response (the whole of one, timed
+    first: a fixed wait was outrun on a faster machine), and the request is aborted."""
     body = {"model": MODEL, "prompt": PROMPTS[1], "ignore_eos": True}
     body["max_tokens"] = MAX_MODEL_LEN - 16
+    start = time.perf_counter()
+    assert server.client.post("/v1/completions", json=body, timeout=120).status_code == 200
+    whole_s = time.perf_counter() - start
+    aborted_before = server.metric("vllm:request_success_total", finished_reason="abort")
     with pytest.raises(httpx.ReadTimeout):  # the client gives up waiting
-        server.client.post("/v1/completions", json=body, timeout=1.0)
+        server.client.post("/v1/completions", json=body, timeout=whole_s / 4)
     server.wait_for(
         lambda: (
             server.metric("vllm:request_success_total", finished_reason="abort")
