@@ -62,8 +62,7 @@ interval grows until the budget covers the exploratory round and its catch-up: w
 feeding one plain round's tokens costs more than the budget's share of that round, no
 interval does, and exploration waits MAX_EXPLORE_EVERY rounds. A draft model takes a new
 sequence's prompt at its first drafts, not at admission (draft_model.py): where plain
-decoding wins, its prefill is not paid at all, and the first exploratory round of a new
-batch is priced with it (`backlog`).
+decoding wins until the sequence ends, its prefill is not paid at all.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -133,12 +132,8 @@ class SpeculationController:
     def new_estimate(self) -> AcceptanceEstimate:
         return AcceptanceEstimate(self.config.max_k, decay=SEQUENCE_DECAY)
 
-    def choose(
-        self, estimates: list[AcceptanceEstimate], limits: list[int], backlog: int = 0
-    ) -> list[int]:
-        """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate);
-        `backlog`: the most tokens a row's drafter must feed before it drafts (a new
-        sequence's prompt, the plain rounds' tokens), which an exploratory round pays for."""
+    def choose(self, estimates: list[AcceptanceEstimate], limits: list[int]) -> list[int]:
+        """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate)."""
         if not self.config.adaptive:
             return [min(self.config.fixed_k, limit) for limit in limits]
         if self._keeps_plain(estimates, limits):
@@ -148,7 +143,7 @@ class SpeculationController:
         prior = self._prior()
         probs = [accept_probs(e.alphas(prior, PRIOR_WEIGHT)) for e in estimates]
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
-        best_k = self._best_k(probs, caps, backlog)
+        best_k = self._best_k(probs, caps)
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
         if k == 0 and best_k == 0 and self._last_choice is not None:  # not a probe of plain
             self._plain_batch = list(estimates)
@@ -278,7 +273,7 @@ class SpeculationController:
         flat = [INITIAL_ALPHA] * self.config.max_k
         return self.global_estimate.alphas(flat, GLOBAL_PRIOR_WEIGHT)
 
-    def _best_k(self, probs: list[list[float]], caps: list[int], backlog: int = 0) -> int:
+    def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
         batch = len(probs)
         self._last_choice = None
         self._explore_every = EXPLORE_EVERY
@@ -298,11 +293,7 @@ class SpeculationController:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         self._last_choice = (tokens, best_rate, costs)
-        # the catch-up grows by a token a row each plain round; the rest of the backlog (a new
-        # batch's prompts) is there however soon the exploratory round comes
-        fixed, per_token = self.costs.catch_up_line(batch)
-        owed = max(0, backlog - self._rounds_without_spec)
-        catch_up = (fixed + per_token * owed, per_token)
+        catch_up = self.costs.catch_up_line(batch)
         self._explore_every = _exploration_interval(tokens, costs, batch, catch_up)
         return best_k
 
@@ -325,10 +316,12 @@ def _exploration_interval(
     keep the exploratory round's predicted loss within EXPLORE_BUDGET of the n plain rounds'
     time; at most MAX_EXPLORE_EVERY. Its loss is its cost beyond what plain decoding pays for
     the same tokens, costs[1] - tokens[1] * costs[0] / batch, plus its catch-up: the drafter
-    first feeds the n tokens each row committed meanwhile, and what it was owed before them
-    (a new batch's prompts), a + p * n (`catch_up`: learned, the owed tokens in a). Where p
-    alone is over the budget's share of a plain round, no interval keeps the loss within it:
-    MAX_EXPLORE_EVERY."""
+    first feeds the n tokens each row committed meanwhile, a + p * n (`catch_up`, learned).
+    Where p alone is over the budget's share of a plain round, no interval keeps the loss
+    within it: MAX_EXPLORE_EVERY. A new sequence's prompt, which the drafter also takes at
+    its first drafts, is not charged to exploring: it is the price of speculating for that
+    sequence at all, whenever that starts (charged, it kept a remote TP drafter's verifier
+    from exploring within a whole batch)."""
     if len(costs) < 2 or costs[0] <= 0.0 or batch <= 0:
         return EXPLORE_EVERY
     fixed = costs[1] - tokens[1] * costs[0] / batch + catch_up[0]
