@@ -7,7 +7,7 @@ Each model is loaded twice, once with the native pass (model/native_pass.py) and
 round robin (bench/costs.py `pass_seconds`: the repeats interleaved, so a slow spell of the
 machine costs both paths alike): a pass appending `--tokens` tokens per sequence after 128
 cached ones, logits of every position, at `--batch` sequences. The default models are the demo
-pair; `specctl bench` builds the cost-scaled targets (`.bench-out/cost-scaled-target-x30`,
+pair; `specctl bench` builds the cost-scaled targets (`.bench-out/narrow-target-x30`,
 `.bench-out/wide-target-i16384`), which `--models` takes too. Both paths give the same bits
 (tests/model/test_native_pass.py); this measures what the module path's Python costs.
 """

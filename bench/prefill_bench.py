@@ -5,7 +5,7 @@
 Attention in a prefill grows as T^2 while the rest grows as T, so long prompts show what the
 attention path costs (its mask, its kernel) where the bench's ~150-token prompts do not. The
 default target is the demo target (float32); `specctl bench` builds the cost-scaled ones
-(`.bench-out/cost-scaled-target-x30`, `.bench-out/wide-target-i16384`). Random token ids; the
+(`.bench-out/narrow-target-x30`, `.bench-out/wide-target-i16384`). Random token ids; the
 median of `--repeats` passes after one warm-up pass, each into a freed slot.
 """
 

@@ -89,6 +89,25 @@ def test_pass_seconds_times_the_passes_round_robin(tmp_path: Path) -> None:
     assert forward_seconds(target, 3, batch=2, repeats=1) > 0  # and measures again after
 
 
+class _Positions(_Recording):
+    def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
+        self._log.append((self._name, batch.start_positions[0]))
+        return self._model.forward(batch)
+
+
+def test_a_pass_given_steps_runs_them_in_a_row_after_the_last(tmp_path: Path) -> None:
+    """(draft, 1, 3): three one-token steps, each appended after the last, timed together
+    and counted per step, right after the target's pass (as the engine drafts after a verify)."""
+    checkpoint = make_tiny_checkpoint(tmp_path / "m", with_tokenizer=False)
+    log: list[tuple[str, int]] = []
+    target = _Positions("target", load_model(checkpoint, num_slots=1), log)
+    draft = _Positions("draft", load_model(checkpoint, num_slots=1), log)
+    seconds = pass_seconds([(target, 1), (draft, 1, 3)], repeats=1)  # type: ignore[list-item]
+    assert len(seconds) == 2 and all(s > 0 for s in seconds)
+    one_repeat = [("target", CONTEXT_LEN)] + [("draft", CONTEXT_LEN + i) for i in range(3)]
+    assert log[2:] == one_repeat * (1 + 2)
+
+
 class _FailingAt5(_Recording):
     def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
         if batch.max_chunk_len == 5:

@@ -169,3 +169,21 @@ def test_bench_rejects_bad_concurrency(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "--concurrency" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_bench_narrow_shape_builds_the_target_to_the_cost_ratio(tmp_path: Path) -> None:
+    """The narrow target is the demo target deepened until a step costs --cost-ratio draft
+    steps, measured here: at 40x (the demo target is ~10x a warm draft step on this project's
+    machines) it gains layers, all but the trained ones with zero output projections."""
+    proc = specctl(
+        "bench", "--shape", "narrow", "--cost-ratio", "40", "--no-peers", "--concurrency", "1",
+        "--ks", "2", "-k", "2", "--num-prompts", "1", "--max-tokens", "4", "--out", tmp_path,
+        "--threads", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    trained = json.loads((demo_pair_dirs()[0] / "config.json").read_text())["num_hidden_layers"]
+    config = json.loads((tmp_path / "narrow-target-x40" / "config.json").read_text())
+    assert config["num_hidden_layers"] > trained
+    assert "measured cost ratio" in proc.stdout and "x the draft step" in proc.stdout
+    (report,) = json.loads((tmp_path / "bench.json").read_text())["shapes"]
+    assert report["shape"] == "narrow" and report["lossless"] is True
