@@ -29,11 +29,13 @@ def greedy(max_tokens: int = MAX_TOKENS) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
 
 
-def target_only(prompts: list[list[int]], batch: int = 8) -> list[list[int]]:
+def target_only(
+    prompts: list[list[int]], batch: int = 8, max_tokens: int = MAX_TOKENS
+) -> list[list[int]]:
     """Greedy outputs of the demo target alone, in this process."""
     target, _ = demo_pair_dirs()
     engine = make_engine(target, batch=batch, max_model_len=None, dtype="float32")
-    return [o.token_ids for o in run_greedy(engine, prompts, MAX_TOKENS)]
+    return [o.token_ids for o in run_greedy(engine, prompts, max_tokens)]
 
 
 def run_all(

@@ -11,7 +11,7 @@ from daemon.runtime.engine.controller import (
     ControllerConfig,
     SpeculationController,
 )
-from daemon.runtime.engine.cost_model import STALE_PASSES, CostModel
+from daemon.runtime.engine.cost_model import MIN_CATCH_UP_BEHIND, STALE_PASSES, CostModel
 from daemon.runtime.engine.stop import FINISH_LENGTH, FINISH_STOP, StopChecker, truncate_at_stop
 from daemon.runtime.proposers.base import ProposeRequest
 from daemon.runtime.proposers.ngram import NgramProposer
@@ -187,6 +187,42 @@ def test_cost_model_learns_a_catch_up_beyond_the_steady_drafting_price() -> None
     assert abs(intercept - 0.002) < 1e-9 and abs(per_token - 0.001) < 1e-9
     assert costs.catch_up_line(16) == (intercept, per_token)  # the nearest batch size's
     assert costs.draft_cost(32, 1) == 0.005  # the steady price is not moved by catch-ups
+
+
+def test_a_catch_up_of_a_token_or_two_is_not_learned() -> None:
+    """Feeding one token more costs about nothing (the first draft step feeds a chunk
+    anyway): what such a round measures beyond the steady price is noise, and a line through
+    it alone (1 token, 3 ms) priced a 150-token prompt at 450 ms where it cost 65."""
+    costs = CostModel()
+    costs.record_draft(16, 1, 0.0015)
+    for behind in range(1, MIN_CATCH_UP_BEHIND):
+        costs.record_catch_up(16, 1, behind, 0.0045)
+    assert costs.catch_up_line(16) == (0.0, 0.0)
+    costs.record_catch_up(16, 1, MIN_CATCH_UP_BEHIND, 0.0045)
+    intercept, per_token = costs.catch_up_line(16)
+    assert intercept == 0.0 and abs(per_token - 0.003 / MIN_CATCH_UP_BEHIND) < 1e-12
+
+
+def _switching(left: int, behind: int) -> list[int]:
+    """16 sequences whose drafts are mostly accepted and a K = 1 round 5% ahead of plain
+    decoding, their drafter `behind` tokens (feeding costs 0.25 ms a token at 16 rows), with
+    `left` tokens each to generate: what the controller chooses."""
+    ctl = _costed(0.0015, {1: 0.019, 2: 0.0347}, batch=16)
+    for tokens in (150, 260, 150, 260):  # prompts fed at their first drafts
+        ctl.costs.record_catch_up(16, 1, tokens, 0.0015 + 0.002 + 0.00025 * tokens)
+    ests = [_trained(ctl, 6) for _ in range(16)]  # position 1 always accepted
+    return ctl.choose(ests, [1] * 16, behind=[behind] * 16, left=[left] * 16)
+
+
+def test_starting_to_draft_pays_for_feeding_the_drafter_first() -> None:
+    """A drafter that never drafted for a sequence (or not since many plain rounds) must
+    take what it is behind before it drafts: at 16 sequences on the narrow bench target that
+    was ~70 ms, 3.5 plain rounds, paid for a few rounds of drafting before the batch ended.
+    That one-off price is spread over the tokens the batch has left: near the end it is
+    not worth paying; with much left, or nothing to feed, the same rates speculate."""
+    assert _switching(left=8, behind=200) == [0] * 16
+    assert _switching(left=4000, behind=200) == [1] * 16
+    assert _switching(left=8, behind=0) == [1] * 16
 
 
 def test_exploration_is_rarer_where_it_pays_a_catch_up() -> None:

@@ -63,6 +63,15 @@ feeding one plain round's tokens costs more than the budget's share of that roun
 interval does, and exploration waits MAX_EXPLORE_EVERY rounds. A draft model takes a new
 sequence's prompt at its first drafts, not at admission (draft_model.py): where plain
 decoding wins until the sequence ends, its prefill is not paid at all.
+Starting to draft has a price of its own: the first drafting round for a
+sequence feeds the drafter what it is behind, its prompt if it never drafted, what plain
+rounds committed since it last did. At 16 sequences on the narrow bench target (CPU),
+adaptive went from plain decoding to K = 1 a few rounds before the batch's end, for a
+predicted gain of 4% a round, and paid ~70 ms feeding 260 tokens a row (3.5 plain rounds)
+for it. The catch-up line prices that feeding (a + p * the most tokens a row is behind), and
+each speculative length pays it spread over the tokens the batch has left to generate: a
+round emitting t tokens is charged t / (tokens left) of it. Near the end of a batch, or
+with a long backlog, a small gain is not worth starting for; where much is left, it is.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -132,8 +141,17 @@ class SpeculationController:
     def new_estimate(self) -> AcceptanceEstimate:
         return AcceptanceEstimate(self.config.max_k, decay=SEQUENCE_DECAY)
 
-    def choose(self, estimates: list[AcceptanceEstimate], limits: list[int]) -> list[int]:
-        """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate)."""
+    def choose(
+        self,
+        estimates: list[AcceptanceEstimate],
+        limits: list[int],
+        behind: list[int] | None = None,
+        left: list[int] | None = None,
+    ) -> list[int]:
+        """k per sequence; `limits[b]` caps k_b (context left, tokens left to generate).
+        behind[b]: tokens sequence b's drafter must take before it drafts (its prompt, if it
+        never drafted; what plain rounds committed since it last did); left[b]: tokens it may
+        still generate (both unknown: nothing to feed, no end in sight)."""
         if not self.config.adaptive:
             return [min(self.config.fixed_k, limit) for limit in limits]
         if self._keeps_plain(estimates, limits):
@@ -143,7 +161,8 @@ class SpeculationController:
         prior = self._prior()
         probs = [accept_probs(e.alphas(prior, PRIOR_WEIGHT)) for e in estimates]
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
-        best_k = self._best_k(probs, caps)
+        switch = self._switch_price(len(estimates), behind, left)
+        best_k = self._best_k(probs, caps, switch)
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
         if k == 0 and best_k == 0 and self._last_choice is not None:  # not a probe of plain
             self._plain_batch = list(estimates)
@@ -273,7 +292,21 @@ class SpeculationController:
         flat = [INITIAL_ALPHA] * self.config.max_k
         return self.global_estimate.alphas(flat, GLOBAL_PRIOR_WEIGHT)
 
-    def _best_k(self, probs: list[list[float]], caps: list[int]) -> int:
+    def _switch_price(self, batch: int, behind: list[int] | None, left: list[int] | None) -> float:
+        """Seconds per emitted token that drafting must also pay, once, to start: its first
+        round feeds the drafter the tokens it is behind (a + p * the most behind, the learned
+        catch-up line), spread over the tokens the batch has left to generate (the module
+        doc says why). 0 where no row is behind or none has tokens left."""
+        if not behind or not left or batch <= 0:
+            return 0.0
+        most = max(behind)
+        remaining = sum(left)
+        if most <= 0 or remaining <= 0:
+            return 0.0
+        intercept, slope = self.costs.catch_up_line(batch)
+        return max(0.0, intercept + slope * most) / remaining
+
+    def _best_k(self, probs: list[list[float]], caps: list[int], switch: float = 0.0) -> int:
         batch = len(probs)
         self._last_choice = None
         self._explore_every = EXPLORE_EVERY
@@ -289,7 +322,7 @@ class SpeculationController:
         best_k, best_rate = 0, (1.0 + SPECULATION_MARGIN) * batch / max(costs[0], 1e-9)
         tokens = _expected_tokens_by_k(probs, caps, max_cap)
         for k in range(1, max_cap + 1):
-            rate = tokens[k] / max(costs[k], 1e-9)
+            rate = tokens[k] / max(costs[k] + switch * tokens[k], 1e-9)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         self._last_choice = (tokens, best_rate, costs)

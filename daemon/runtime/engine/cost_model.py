@@ -67,6 +67,7 @@ STALE_PASSES = 32  # passes at a batch size after which a length's samples are o
 NUM_RECENT_DRAFT = 32  # (k, seconds) kept per batch size for the draft and overhead lines
 NUM_SPEED_RATIOS = 9  # recent passes whose ratio to their own median gives the speed
 MIN_SPEED_REFERENCE = 3  # samples a (batch size, length) needs before its passes give a ratio
+MIN_CATCH_UP_BEHIND = 4  # tokens behind a catch-up must feed to be learned (record_catch_up)
 
 
 def _median(samples: deque[float]) -> float:
@@ -98,8 +99,12 @@ class CostModel:
 
     def record_catch_up(self, batch_size: int, num_steps: int, behind: int, seconds: float) -> None:
         """A drafting round of `num_steps` whose rows first fed up to `behind` tokens each:
-        learned as its cost beyond drafting's steady price (all of it before that is known)."""
-        if behind > 0:
+        learned as its cost beyond drafting's steady price (all of it before that is known).
+        One behind by fewer than MIN_CATCH_UP_BEHIND is not: feeding a token or two more
+        costs about nothing (the first draft step feeds a chunk anyway), so what it measures
+        is noise, and a line through it alone (1 token behind, 3 ms) priced feeding a
+        150-token prompt at 450 ms where it cost 65."""
+        if behind >= MIN_CATCH_UP_BEHIND:
             extra = max(0.0, seconds - self.draft_cost(batch_size, num_steps))
             samples = self.catch_up_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
             samples.append((behind, extra))
