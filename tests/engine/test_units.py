@@ -8,6 +8,8 @@ import torch
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
 from daemon.runtime.engine.controller import (
     MAX_EXPLORE_EVERY,
+    MIN_COST_SAMPLES,
+    PROBE_EVERY,
     ControllerConfig,
     SpeculationController,
 )
@@ -91,8 +93,9 @@ def _costed(
 ) -> SpeculationController:
     ctl = SpeculationController(ControllerConfig(max_k=8, adaptive=True))
     ctl.costs.record_draft(batch, 1, draft_step_s)
-    for length, seconds in verify_by_len.items():
-        ctl.costs.record_verify(batch, length, seconds)
+    for length, seconds in verify_by_len.items():  # measured often enough to be trusted
+        for _ in range(MIN_COST_SAMPLES):
+            ctl.costs.record_verify(batch, length, seconds)
     return ctl
 
 
@@ -657,6 +660,57 @@ def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:
     assert flat._best_k(high, [6] * 16) == 2
     assert flat._cost_probe_length(2, 16, 6) == 3
     assert flat.could_win(16, 6) == {3}
+
+
+def test_a_length_measured_once_and_slow_is_measured_again() -> None:
+    """Batch 1, drafting 0.13 ms a step, the first 4 positions always accepted: k = 4 is best
+    (5 tokens / 7.8 ms against k = 3's 4 / 7.4). Passes of 1-4 tokens were measured three
+    times at their true cost, one of 5 once and slow (12 ms): k = 3 wins on that price, and
+    that one pass was k = 4's floor too, so no probe ever measured it again (k = 3 for good).
+    A length is its own floor only once measured MIN_COST_SAMPLES times: below that it could
+    cost what a pass of 4 does, so it is probed, and k = 4 wins at its true price."""
+
+    def truth(length: int) -> float:
+        return 0.006 + 0.00033 * (length - 1)
+
+    ctl = _costed(0.00013, {}, batch=1)
+    for length in range(1, 6):
+        for _ in range(1 if length == 5 else 3):
+            ctl.costs.record_verify(1, length, 0.012 if length == 5 else truth(length))
+    est = _trained(ctl, 4)
+    chosen = []
+    for _ in range(64):
+        (k,) = ctl.choose([est], [8])
+        ctl.costs.record_verify(1, k + 1, truth(k + 1))
+        chosen.append(k)
+    assert chosen[0] == 3  # on the slow pass's price
+    assert 4 in chosen[: PROBE_EVERY * 2]  # a probe measures it again
+    assert chosen[-32:].count(4) >= 28  # and k = 4 wins, but for probes
+
+
+def test_a_dearer_re_measure_is_trusted_only_once_confirmed() -> None:
+    """A length's pass measured again after STALE_PASSES replaces its older samples. Where it
+    came out no dearer than they said (within REMEASURED_SLACK) it is its own floor at once;
+    dearer, only once MIN_COST_SAMPLES passes confirm it (a price too high is the error that
+    sticks: the length is never chosen, so never measured again)."""
+    costs = CostModel()
+    for length in (1, 2, 3):
+        for _ in range(MIN_COST_SAMPLES):
+            costs.record_verify(1, length, 0.010)
+    assert costs.is_trusted(1, 2, MIN_COST_SAMPLES)
+    for _ in range(STALE_PASSES + 1):
+        costs.record_verify(1, 1, 0.010)
+    costs.record_verify(1, 2, 0.0105)  # 5% dearer: taken
+    costs.record_verify(1, 3, 0.014)  # 40% dearer: its floor is T = 2's until confirmed
+    assert costs.verify_count(1, 3) == 1
+    assert costs.is_trusted(1, 2, MIN_COST_SAMPLES)
+    assert not costs.is_trusted(1, 3, MIN_COST_SAMPLES)
+    floors = costs.round_cost_floors(1, 2, MIN_COST_SAMPLES)
+    assert floors[2] == floors[1]  # T = 3 floored at T = 2's price (nothing else to pay here)
+    costs.record_verify(1, 3, 0.014)
+    costs.record_verify(1, 3, 0.014)
+    assert costs.is_trusted(1, 3, MIN_COST_SAMPLES)
+    assert costs.round_cost_floors(1, 2, MIN_COST_SAMPLES)[2] == costs.round_costs(1, 2)[2]
 
 
 def _drifted_run(plain_now: float, rounds: int = 120) -> list[int]:

@@ -26,7 +26,10 @@ acceptance length 5.5 where k = 4 won, 3.6 where k = 2 won). So every other prob
 cost probe (every probe at the ceiling, past which none goes deeper): the candidate length
 nearest the choice that has fewer than MIN_COST_SAMPLES verify passes measured at this batch
 size, if any, among the lengths that could beat the choice were their pass to cost no more
-than the longest measured length below it (a pass does not get cheaper with more tokens).
+than the longest length below it measured MIN_COST_SAMPLES times (a pass does not get
+cheaper with more tokens; a length measured once is not its own floor, or one slow pass
+shuts it out for good: at batch 1 on the narrow bench target, one pass of 5 tokens at 11.8
+ms where they took 8.2 kept k = 4 from ever being measured again, and adaptive drafted 3).
 Without that bound the cost probes measured every length up to the ceiling, three times per
 batch size: on the wide target at 16 sequences a pass of 7 tokens costs 5.6x a pass of 1,
 and a probe there loses about three plain rounds' worth of tokens for a length that could
@@ -265,7 +268,7 @@ class SpeculationController:
         # position k accepted whenever reached: the tokens of k - 1, plus as many again as
         # the sequences' chance of reaching it (what position k - 1 added)
         optimistic = 2.0 * tokens[k - 1] - tokens[k - 2]
-        floor = self.costs.round_cost_floors(batch, k)[k]
+        floor = self.costs.round_cost_floors(batch, k, MIN_COST_SAMPLES)[k]
         return optimistic / max(floor, 1e-9) > best_rate
 
     def _is_stale(self, batch: int, tokens_per_seq: int) -> bool:
@@ -331,14 +334,14 @@ class SpeculationController:
         return best_k
 
     def could_win(self, batch: int, max_k: int) -> set[int] | None:
-        """The k up to max_k that would beat the last choice were each verify length not
-        measured at this batch size to cost what the longest measured length below it does
-        (None: the last choice had no costs to compare)."""
+        """The k up to max_k that would beat the last choice were each verify length measured
+        fewer than MIN_COST_SAMPLES times at this batch size to cost what the longest length
+        below it measured that often does (None: the last choice had no costs to compare)."""
         if self._last_choice is None:
             return None
         tokens, best_rate, _ = self._last_choice
         max_k = min(max_k, len(tokens) - 1)
-        floors = self.costs.round_cost_floors(batch, max_k)
+        floors = self.costs.round_cost_floors(batch, max_k, MIN_COST_SAMPLES)
         return {k for k in range(1, max_k + 1) if tokens[k] / max(floors[k], 1e-9) > best_rate}
 
 

@@ -67,6 +67,7 @@ STALE_PASSES = 32  # passes at a batch size after which a length's samples are o
 NUM_RECENT_DRAFT = 32  # (k, seconds) kept per batch size for the draft and overhead lines
 NUM_SPEED_RATIOS = 9  # recent passes whose ratio to their own median gives the speed
 MIN_SPEED_REFERENCE = 3  # samples a (batch size, length) needs before its passes give a ratio
+REMEASURED_SLACK = 0.15  # a re-measure this much dearer than before is confirmed (is_trusted)
 MIN_CATCH_UP_BEHIND = 4  # tokens behind a catch-up must feed to be learned (record_catch_up)
 
 
@@ -90,6 +91,8 @@ class CostModel:
     # batch size -> recent (tokens behind, seconds) of drafting rounds that first fed the
     # drafter what rounds without drafts committed, beyond the steady price of their drafting
     catch_up_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    # batch size -> T -> the median its samples had when a pass after STALE_PASSES replaced them
+    verify_replaced: dict[int, dict[int, float]] = field(default_factory=dict)
 
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
@@ -113,7 +116,9 @@ class CostModel:
         per_len = self.verify_samples.setdefault(batch_size, {})
         samples = per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT))
         since = self.passes_since(batch_size, tokens_per_seq)
+        replaced = self.verify_replaced.setdefault(batch_size, {})
         if since is not None and since > STALE_PASSES:  # another spell's: this pass replaces them
+            replaced[tokens_per_seq] = _median(samples)
             samples.clear()
         if len(samples) >= MIN_SPEED_REFERENCE:
             reference = _median(samples)
@@ -154,6 +159,21 @@ class CostModel:
         was of it), or None where it was never measured at this batch size."""
         newest = self.verify_newest.get(batch_size, {}).get(tokens_per_seq)
         return None if newest is None else self.verify_passes[batch_size] - newest
+
+    def is_trusted(self, batch_size: int, tokens_per_seq: int, min_samples: int) -> bool:
+        """Whether this length's price at this batch size is measured well enough to be its
+        own floor (round_cost_floors): `min_samples` passes, or fewer since they replaced an
+        older spell's (STALE_PASSES) where they came out no more than REMEASURED_SLACK above
+        its price. A price too high is the error that sticks (a length priced out is never
+        chosen, so never measured again; one priced too low is chosen and corrected), so a
+        re-measure that found a length dearer is taken for the truth only once confirmed."""
+        samples = self.verify_samples.get(batch_size, {}).get(tokens_per_seq)
+        if not samples:
+            return False
+        if len(samples) >= min_samples:
+            return True
+        before = self.verify_replaced.get(batch_size, {}).get(tokens_per_seq)
+        return before is not None and _median(samples) <= before * (1.0 + REMEASURED_SLACK)
 
     def knows_plain_cost(self, batch_size: int) -> bool:
         """Whether plain decoding's cost at this batch size is measured or can be borrowed: a
@@ -216,14 +236,21 @@ class CostModel:
         curve = self._verify_curve(batch_size)
         return None if curve is None else self._round_costs(batch_size, max_k, curve)
 
-    def round_cost_floors(self, batch_size: int, max_k: int) -> list[float]:
+    def round_cost_floors(self, batch_size: int, max_k: int, min_samples: int = 1) -> list[float]:
         """[max_k + 1] the least a round drafting k tokens could cost: round_costs, with each
-        verify length not measured at this batch size priced as the longest measured length
-        below it (a pass does not get cheaper with more tokens). Before any verify: zeros."""
+        verify length measured fewer than `min_samples` times at this batch size priced as
+        the longest length below it measured that often (a pass does not get cheaper with
+        more tokens). A length measured once is not its own floor: one slow pass of 5 tokens
+        at batch 1 (11.8 ms where they took 8.2) kept k = 4 from ever being chosen or
+        measured again, and adaptive drafted 3 for 200 rounds. Before any verify: zeros."""
         curve = self._verify_curve(batch_size)
         if curve is None:
             return [0.0] * (max_k + 1)
-        measured = sorted(self.verify_samples.get(batch_size, {}))
+        measured = sorted(
+            t
+            for t in self.verify_samples.get(batch_size, {})
+            if self.is_trusted(batch_size, t, min_samples)
+        )
 
         def floor(length: int) -> float:
             below = [t for t in measured if t <= length]
