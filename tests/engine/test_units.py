@@ -713,6 +713,32 @@ def test_a_dearer_re_measure_is_trusted_only_once_confirmed() -> None:
     assert costs.round_cost_floors(1, 2, MIN_COST_SAMPLES)[2] == costs.round_costs(1, 2)[2]
 
 
+def test_plain_decoding_measured_again_and_slow_once_is_confirmed() -> None:
+    """Batch 16, drafts accepted at positions 1-2, a pass of T tokens 30 + 25 (T - 1) ms but
+    a plain one 20 ms: plain decoding wins (16 tokens / 20 ms against k = 2's 48 / 82). Its
+    price went out of date while others were measured, and the pass that measured it again
+    was slow (45 ms): k = 2 wins on that price, and plain decoding could not beat k = 2 even
+    15% cheaper, so the out-of-date rule never measured it again. A re-measure that came
+    out dearer is confirmed before it is believed: plain is measured again, and wins."""
+
+    def truth(length: int) -> float:
+        return 0.020 if length == 1 else 0.030 + 0.025 * (length - 1)
+
+    ctl = _costed(0.001, {length: truth(length) for length in range(1, 10)}, batch=16)
+    for _ in range(STALE_PASSES + 1):
+        ctl.costs.record_verify(16, 3, truth(3))
+    ctl.costs.record_verify(16, 1, 0.045)  # out of date, measured again: one slow pass
+    ests = [_trained(ctl, 2) for _ in range(16)]
+    chosen = []
+    for _ in range(64):
+        k = max(ctl.choose(ests, [8] * 16))
+        ctl.costs.record_verify(16, k + 1, truth(k + 1))
+        chosen.append(k)
+    assert chosen[0] == 2  # on the slow pass's price
+    assert 0 in chosen[: PROBE_EVERY * 2]  # a probe measures plain decoding again
+    assert chosen[-32:].count(0) >= 30  # and it wins, but for explorations at k = 1
+
+
 def _drifted_run(plain_now: float, rounds: int = 120) -> list[int]:
     """Batch 16, drafts accepted at positions 1-2 and never at 3 (k = 2 is the best length),
     every verify length measured three times while a pass of T tokens cost

@@ -228,7 +228,10 @@ class SpeculationController:
     def _cost_probe_length(self, best_k: int, batch: int, max_cap: int) -> int | None:
         """A length to measure (None: none). First the k nearest best_k (shorter first) whose
         verify pass (k + 1 tokens) has fewer than MIN_COST_SAMPLES measurements at this batch
-        size and could win (could_win). Else, at most once every STALE_PASSES passes, the
+        size and could win (could_win), plain decoding (0) among them where its price is not
+        trusted yet (cost_model.is_trusted: one pass at a slow moment priced plain decoding at
+        44.6 ms where its passes took 33, and adaptive drafted at a loss) and would win at its
+        floor. Else, at most once every STALE_PASSES passes, the
         length whose newest pass is oldest among those more than STALE_PASSES passes old that
         would win were their round STALE_SLACK cheaper than priced, plain decoding (0)
         included: one such probe loses at most STALE_SLACK of a round."""
@@ -240,6 +243,11 @@ class SpeculationController:
             and self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES
             and (could_win is None or k in could_win)
         ]
+        if best_k > 0 and not self.costs.is_trusted(batch, 1, MIN_COST_SAMPLES):
+            # plain decoding's price is one pass, or a re-measure that came out dearer
+            floor = self.costs.round_cost_floors(batch, 0, MIN_COST_SAMPLES)[0]
+            if self._last_choice is None or batch / max(floor, 1e-9) > self._last_choice[1]:
+                unmeasured.append(0)
         if unmeasured:
             return min(unmeasured, key=lambda k: (abs(k - best_k), k))
         passes = self.costs.verify_passes.get(batch, 0)

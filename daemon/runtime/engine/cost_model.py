@@ -240,8 +240,9 @@ class CostModel:
         """[max_k + 1] the least a round drafting k tokens could cost: round_costs, with each
         verify length measured fewer than `min_samples` times at this batch size priced as
         the longest length below it measured that often (a pass does not get cheaper with
-        more tokens). A length measured once is not its own floor: one slow pass of 5 tokens
-        at batch 1 (11.8 ms where they took 8.2) kept k = 4 from ever being chosen or
+        more tokens), or as the spell it replaced priced it, where a re-measure came out
+        dearer (is_trusted). A length measured once is not its own floor: one slow pass of 5
+        tokens at batch 1 (11.8 ms where they took 8.2) kept k = 4 from ever being chosen or
         measured again, and adaptive drafted 3 for 200 rounds. Before any verify: zeros."""
         curve = self._verify_curve(batch_size)
         if curve is None:
@@ -251,10 +252,17 @@ class CostModel:
             for t in self.verify_samples.get(batch_size, {})
             if self.is_trusted(batch_size, t, min_samples)
         )
+        replaced = self.verify_replaced.get(batch_size, {})
+        speed = self.speed
 
         def floor(length: int) -> float:
             below = [t for t in measured if t <= length]
-            return curve(below[-1]) if below else 0.0  # nothing measured below: free
+            if below and below[-1] == length:
+                return curve(length)
+            least = curve(below[-1]) if below else 0.0  # nothing measured below: free
+            if length in replaced:
+                least = max(least, min(curve(length), replaced[length] * speed))
+            return least
 
         return self._round_costs(batch_size, max_k, floor)
 
