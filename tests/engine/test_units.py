@@ -13,7 +13,12 @@ from daemon.runtime.engine.controller import (
     ControllerConfig,
     SpeculationController,
 )
-from daemon.runtime.engine.cost_model import MIN_CATCH_UP_BEHIND, STALE_PASSES, CostModel
+from daemon.runtime.engine.cost_model import (
+    DRAFT_MAX_AGE,
+    MIN_CATCH_UP_BEHIND,
+    STALE_PASSES,
+    CostModel,
+)
 from daemon.runtime.engine.stop import FINISH_LENGTH, FINISH_STOP, StopChecker, truncate_at_stop
 from daemon.runtime.proposers.base import ProposeRequest
 from daemon.runtime.proposers.ngram import NgramProposer
@@ -660,6 +665,31 @@ def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:
     assert flat._best_k(high, [6] * 16) == 2
     assert flat._cost_probe_length(2, 16, 6) == 3
     assert flat.could_win(16, 6) == {3}
+
+
+def test_the_draft_line_keeps_each_k_it_measured() -> None:
+    """Drafting costs 0.14 ms + 0.14 ms a step (the demo pair at batch 1 on a CPU). The
+    controller drafted 2 for a while, then settled on 4 and 5, a few of whose rounds were
+    slow. A line through the latest 32 rounds alone took its slope from k = 4 and 5 and
+    those slow rounds (about 0.8 ms + 0.02 a step) and priced k = 2 at twice its cost; a line
+    through each k's median keeps k = 2's rounds, and the slow ones do not move it."""
+
+    def cost(k: int) -> float:
+        return 0.00014 + 0.00014 * k
+
+    costs = CostModel()
+    for _ in range(8):
+        costs.record_draft(1, 2, cost(2))
+    for i in range(16):
+        costs.record_draft(1, 4, 0.0014 if i in (13, 14, 15) else cost(4))
+        costs.record_draft(1, 5, cost(5))
+    assert abs(costs.draft_cost(1, 2) - cost(2)) < 0.05 * cost(2)
+    assert abs(costs.draft_cost(1, 5) - cost(5)) < 0.05 * cost(5)
+    assert costs.draft_count(1) == 24  # 8 rounds per k
+    for _ in range(DRAFT_MAX_AGE):  # k = 2's rounds grow too old: the line is k = 4 and 5's
+        costs.record_draft(1, 4, cost(4) + 0.0001)
+        costs.record_draft(1, 5, cost(5) + 0.0001)
+    assert abs(costs.draft_cost(1, 4) - cost(4) - 0.0001) < 1e-9
 
 
 def test_a_length_measured_once_and_slow_is_measured_again() -> None:

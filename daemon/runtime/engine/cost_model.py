@@ -2,9 +2,16 @@
 
     round(B, k) = draft(B, k) + verify(B, k + 1) + overhead(B)
 
-- draft(B, k) = a_B + b_B * k: a least-squares line over recent rounds. The intercept holds
-  what every drafting round pays once (feeding the tokens committed since the last round, the
-  first step's set-up); a flat per-step average would charge it k times too few or too many.
+- draft(B, k) = a_B + b_B * k: a least-squares line through each k's median of its recent
+  rounds, weighted by their count. The intercept holds what every drafting round pays once
+  (feeding the tokens committed since the last round, the first step's set-up); a flat
+  per-step average would charge it k times too few or too many. Each k keeps its own recent
+  rounds (at most DRAFT_MAX_AGE drafting rounds old): a line through the latest 32 rounds
+  alone, where the controller had settled on k = 4 and 5, took its slope from two
+  neighbouring k and a few slow rounds (0.69 ms + 0.07 ms a step, where the rounds cost
+  0.14 + 0.14 per step: the demo pair at batch 1 on a CPU), priced k = 2 at twice what it
+  cost, and drafted 4-5 where 2 paid (on an H200, 0.43 + 0.28 where 0.13 + 0.29: plain
+  decoding where k = 2 paid).
 - verify(B, T): the median of recent passes of T tokens per sequence (robust to the odd slow
   pass: a first pass of a shape, a collection, a neighbour on the core), interpolated
   linearly in T between measured lengths, times the machine's current speed (below).
@@ -59,26 +66,34 @@ priced at its weighted mean, and the choice between them falls to what each emit
 
 import statistics
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 NUM_RECENT = 16  # verify samples kept per (batch size, T)
 STALE_PASSES = 32  # passes at a batch size after which a length's samples are out of date
-NUM_RECENT_DRAFT = 32  # (k, seconds) kept per batch size for the draft and overhead lines
+NUM_RECENT_DRAFT = 32  # (k, seconds) kept per batch size for the overhead and catch-up lines
+NUM_RECENT_DRAFT_PER_K = 8  # drafting rounds kept per (batch size, k) for the draft line
+DRAFT_MAX_AGE = 256  # drafting rounds at a batch size after which a k's rounds are dropped
 NUM_SPEED_RATIOS = 9  # recent passes whose ratio to their own median gives the speed
 MIN_SPEED_REFERENCE = 3  # samples a (batch size, length) needs before its passes give a ratio
 REMEASURED_SLACK = 0.15  # a re-measure this much dearer than before is confirmed (is_trusted)
 MIN_CATCH_UP_BEHIND = 4  # tokens behind a catch-up must feed to be learned (record_catch_up)
 
 
-def _median(samples: deque[float]) -> float:
-    return statistics.median(samples)
+def _median(samples: Iterable[float]) -> float:
+    """statistics.median's value (the middle one, or the mean of the middle two), without its
+    checks: the controller takes a dozen medians a round, and on a GPU a round is ~1 ms."""
+    ordered = sorted(samples)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 @dataclass(slots=True)
 class CostModel:
-    # batch size -> recent (k, seconds) of drafting rounds
-    draft_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    # batch size -> k -> recent (drafting round number, seconds) of drafting rounds
+    draft_samples: dict[int, dict[int, deque[tuple[int, float]]]] = field(default_factory=dict)
+    # batch size -> drafting rounds recorded at it
+    draft_rounds: dict[int, int] = field(default_factory=dict)
     # batch size -> T -> recent seconds of verify passes, each divided by the speed it ran at
     verify_samples: dict[int, dict[int, deque[float]]] = field(default_factory=dict)
     # recent ratios of a verify pass's seconds to its (batch size, T) median: the machine's speed
@@ -97,8 +112,16 @@ class CostModel:
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
         if num_steps > 0:
-            samples = self.draft_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
-            samples.append((num_steps, seconds))
+            rounds = self.draft_rounds.get(batch_size, 0) + 1
+            self.draft_rounds[batch_size] = rounds
+            per_k = self.draft_samples.setdefault(batch_size, {})
+            per_k.setdefault(num_steps, deque(maxlen=NUM_RECENT_DRAFT_PER_K)).append(
+                (rounds, seconds)
+            )
+
+    def draft_count(self, batch_size: int) -> int:
+        """Drafting rounds whose time the draft line holds at this batch size."""
+        return sum(len(samples) for samples in self.draft_samples.get(batch_size, {}).values())
 
     def record_catch_up(self, batch_size: int, num_steps: int, behind: int, seconds: float) -> None:
         """A drafting round of `num_steps` whose rows first fed up to `behind` tokens each:
@@ -141,7 +164,7 @@ class CostModel:
         MIN_SPEED_REFERENCE ratios are in: before that, one odd pass would be all of it."""
         if len(self.speed_ratios) < MIN_SPEED_REFERENCE:
             return 1.0
-        return statistics.median(self.speed_ratios)
+        return _median(self.speed_ratios)
 
     @property
     def has_any_verify(self) -> bool:
@@ -302,7 +325,14 @@ class CostModel:
         nearest measured one's), or None before any drafting round."""
         if not self.draft_samples:
             return None
-        return _fit_line(self.draft_samples[_nearest_key(self.draft_samples, batch_size)])
+        batch_size = _nearest_key(self.draft_samples, batch_size)
+        oldest = self.draft_rounds.get(batch_size, 0) - DRAFT_MAX_AGE
+        points = []  # (k, median seconds, count) of each k's rounds young enough
+        for k, samples in self.draft_samples[batch_size].items():
+            recent = [seconds for number, seconds in samples if number > oldest]
+            if recent:
+                points.append((float(k), _median(recent), float(len(recent))))
+        return _fit_points(points) if points else None
 
     def _verify_table(self, batch_size: int) -> dict[int, float]:
         """Length -> seconds of a pass at this batch size (the nearest measured one's): each
@@ -335,6 +365,24 @@ def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
     return intercept, slope
 
 
+def _fit_points(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Weighted least-squares (intercept, slope) through (steps, seconds, weight) points;
+    through the origin where one step count was seen (nothing to separate the intercept
+    from), or where the line falls or crosses below zero (noise)."""
+    total = sum(w for _, _, w in points)
+    per_step = sum(s * w for _, s, w in points) / sum(k * w for k, _, w in points)
+    mean_k = sum(k * w for k, _, w in points) / total
+    mean_s = sum(s * w for _, s, w in points) / total
+    var_k = sum(w * (k - mean_k) ** 2 for k, _, w in points)
+    if var_k == 0.0:
+        return 0.0, per_step
+    slope = sum(w * (k - mean_k) * (s - mean_s) for k, s, w in points) / var_k
+    intercept = mean_s - slope * mean_k
+    if slope <= 0.0 or intercept < 0.0:
+        return 0.0, per_step
+    return intercept, slope
+
+
 def _fit_median_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
     """(intercept, slope) of seconds against k, robust to the odd slow round: least squares
     through each k's median, weighted by its count. One k seen (or a falling line, which is
@@ -343,15 +391,15 @@ def _fit_median_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
     for k, seconds in samples:
         by_k.setdefault(k, []).append(seconds)
     if len(by_k) < 2:
-        return statistics.median(s for _, s in samples), 0.0
-    points = [(float(k), statistics.median(v), float(len(v))) for k, v in by_k.items()]
+        return _median(s for _, s in samples), 0.0
+    points = [(float(k), _median(v), float(len(v))) for k, v in by_k.items()]
     total = sum(w for _, _, w in points)
     mean_k = sum(k * w for k, _, w in points) / total
     mean_s = sum(s * w for _, s, w in points) / total
     var_k = sum(w * (k - mean_k) ** 2 for k, _, w in points)
     slope = sum(w * (k - mean_k) * (s - mean_s) for k, s, w in points) / var_k
     if slope <= 0.0:
-        return statistics.median(s for _, s in samples), 0.0
+        return _median(s for _, s in samples), 0.0
     return mean_s - slope * mean_k, slope
 
 
