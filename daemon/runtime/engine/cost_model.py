@@ -108,6 +108,9 @@ class CostModel:
     catch_up_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
     # batch size -> T -> the median its samples had when a pass after STALE_PASSES replaced them
     verify_replaced: dict[int, dict[int, float]] = field(default_factory=dict)
+    # (batch size, T) -> the median of its verify samples, until one is recorded: a round
+    # records one length, and the controller reads every length's median every round
+    _verify_medians: dict[tuple[int, int], float] = field(default_factory=dict)
 
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
@@ -141,13 +144,14 @@ class CostModel:
         since = self.passes_since(batch_size, tokens_per_seq)
         replaced = self.verify_replaced.setdefault(batch_size, {})
         if since is not None and since > STALE_PASSES:  # another spell's: this pass replaces them
-            replaced[tokens_per_seq] = _median(samples)
+            replaced[tokens_per_seq] = self._verify_median(batch_size, tokens_per_seq)
             samples.clear()
         if len(samples) >= MIN_SPEED_REFERENCE:
-            reference = _median(samples)
+            reference = self._verify_median(batch_size, tokens_per_seq)
             if reference > 0.0:
                 self.speed_ratios.append(seconds / reference)
         samples.append(seconds / self.speed)
+        self._verify_medians.pop((batch_size, tokens_per_seq), None)
         passes = self.verify_passes.get(batch_size, 0) + 1
         self.verify_passes[batch_size] = passes
         self.verify_newest.setdefault(batch_size, {})[tokens_per_seq] = passes
@@ -196,7 +200,8 @@ class CostModel:
         if len(samples) >= min_samples:
             return True
         before = self.verify_replaced.get(batch_size, {}).get(tokens_per_seq)
-        return before is not None and _median(samples) <= before * (1.0 + REMEASURED_SLACK)
+        median = self._verify_median(batch_size, tokens_per_seq)
+        return before is not None and median <= before * (1.0 + REMEASURED_SLACK)
 
     def knows_plain_cost(self, batch_size: int) -> bool:
         """Whether plain decoding's cost at this batch size is measured or can be borrowed: a
@@ -293,7 +298,7 @@ class CostModel:
         self, batch_size: int, max_k: int, verify: Callable[[int], float]
     ) -> list[float]:
         """[max_k + 1] drafting + verify(k + 1) + the time outside the passes, k = 0..max_k."""
-        draft = self._draft_line(batch_size)
+        draft = self._draft_line(batch_size) if max_k > 0 else None
         rest = self._overhead_line(batch_size) or (0.0, 0.0)
         costs = [verify(1) + max(0.0, rest[0])]
         for k in range(1, max_k + 1):
@@ -320,6 +325,14 @@ class CostModel:
                 return lambda t: per_len[t] if t in per_len else scale * _interpolate(ref, t)
         return lambda t: _interpolate(per_len, t)
 
+    def _verify_median(self, batch_size: int, tokens_per_seq: int) -> float:
+        key = (batch_size, tokens_per_seq)
+        median = self._verify_medians.get(key)
+        if median is None:
+            median = _median(self.verify_samples[batch_size][tokens_per_seq])
+            self._verify_medians[key] = median
+        return median
+
     def _draft_line(self, batch_size: int) -> tuple[float, float] | None:
         """(intercept, slope) of drafting's cost against its steps at this batch size (the
         nearest measured one's), or None before any drafting round."""
@@ -342,7 +355,7 @@ class CostModel:
         speed = self.speed
         per_len = self.verify_samples[batch_size]
         lengths = sorted(per_len)
-        medians = [_median(per_len[t]) * speed for t in lengths]
+        medians = [self._verify_median(batch_size, t) * speed for t in lengths]
         counts = [len(per_len[t]) for t in lengths]
         return dict(zip(lengths, _monotone(medians, counts), strict=True))
 
