@@ -378,22 +378,27 @@ def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
     return intercept, slope
 
 
-def _fit_points(points: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """Weighted least-squares (intercept, slope) through (steps, seconds, weight) points;
-    through the origin where one step count was seen (nothing to separate the intercept
-    from), or where the line falls or crosses below zero (noise)."""
+def _weighted_line(points: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """Weighted least-squares (intercept, slope) through (k, seconds, weight) points, or None
+    where k does not vary."""
     total = sum(w for _, _, w in points)
-    per_step = sum(s * w for _, s, w in points) / sum(k * w for k, _, w in points)
     mean_k = sum(k * w for k, _, w in points) / total
     mean_s = sum(s * w for _, s, w in points) / total
     var_k = sum(w * (k - mean_k) ** 2 for k, _, w in points)
     if var_k == 0.0:
-        return 0.0, per_step
+        return None
     slope = sum(w * (k - mean_k) * (s - mean_s) for k, s, w in points) / var_k
-    intercept = mean_s - slope * mean_k
-    if slope <= 0.0 or intercept < 0.0:
-        return 0.0, per_step
-    return intercept, slope
+    return mean_s - slope * mean_k, slope
+
+
+def _fit_points(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """_weighted_line through (steps, seconds, weight) points; through the origin where one
+    step count was seen (nothing to separate the intercept from), or where the line falls or
+    crosses below zero (noise)."""
+    line = _weighted_line(points)
+    if line is None or line[1] <= 0.0 or line[0] < 0.0:
+        return 0.0, sum(s * w for _, s, w in points) / sum(k * w for k, _, w in points)
+    return line
 
 
 def _fit_median_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
@@ -403,17 +408,10 @@ def _fit_median_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
     by_k: dict[int, list[float]] = {}
     for k, seconds in samples:
         by_k.setdefault(k, []).append(seconds)
-    if len(by_k) < 2:
+    line = _weighted_line([(float(k), _median(v), float(len(v))) for k, v in by_k.items()])
+    if line is None or line[1] <= 0.0:
         return _median(s for _, s in samples), 0.0
-    points = [(float(k), _median(v), float(len(v))) for k, v in by_k.items()]
-    total = sum(w for _, _, w in points)
-    mean_k = sum(k * w for k, _, w in points) / total
-    mean_s = sum(s * w for _, s, w in points) / total
-    var_k = sum(w * (k - mean_k) ** 2 for k, _, w in points)
-    slope = sum(w * (k - mean_k) * (s - mean_s) for k, s, w in points) / var_k
-    if slope <= 0.0:
-        return _median(s for _, s in samples), 0.0
-    return mean_s - slope * mean_k, slope
+    return line
 
 
 def _monotone(values: list[float], weights: list[int]) -> list[float]:
