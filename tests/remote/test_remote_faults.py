@@ -1,6 +1,7 @@
 """Drafter faults mid-generation: requests complete with correct output at k = 0, and
 speculation resumes once a drafter answers again (after a full resync)."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,14 @@ def test_drafter_lost_then_back(target_dir, draft_dir, prompts, reference, mode,
         if fault != "restart":
             setup.transport.restart(_fresh_server(draft_dir, 8))
         drafted_down = setup.engine.stats.num_draft_tokens
+        # a probe's answer comes from the server's thread, looked at by the round after it
+        # arrives: rounds of 8 tiny sequences take a few ms, and in a loaded run the few
+        # rounds left of 24 tokens ended before it came back (no resync, CI, hang-overlapped)
+        deadline = time.monotonic() + 10.0
+        while not stats.num_resyncs and setup.engine.has_unfinished():
+            _steps(setup.engine, 1, done)
+            time.sleep(0.05)
+            assert time.monotonic() < deadline, "no resync within 10 s of the drafter's return"
         outputs = _finish(setup, done)
         assert outputs == reference
         assert stats.num_resyncs == 1
