@@ -268,11 +268,14 @@ class VerifierShard:
             output, self._pending = self._pending, None
         return PollReply(self.context.instance_id, self._load.state, output)
 
-    def set_speculation(self, num_speculative_tokens: int, adaptive: bool) -> None:
-        """Change k (or the adaptive ceiling) without reloading anything."""
+    def set_speculation(
+        self, num_speculative_tokens: int, adaptive: bool, forget_costs: bool = False
+    ) -> None:
+        """Change k (or the adaptive ceiling) without reloading anything; `forget_costs`
+        drops the round costs measured so far (engine.py)."""
         running = self._load.get()
         running.loop.call_between_steps(
-            lambda engine: engine.set_speculation(num_speculative_tokens, adaptive),
+            lambda engine: engine.set_speculation(num_speculative_tokens, adaptive, forget_costs),
             timeout_s=SPECULATION_CHANGE_TIMEOUT_S,
         )
         self.spec.num_speculative_tokens, self.spec.adaptive = num_speculative_tokens, adaptive

@@ -205,6 +205,18 @@ def test_speculation_changes_between_steps(target_dir: Path, draft_dir: Path, pr
         assert engine.controller.config.max_k == 5
         with pytest.raises(RequestError, match="must be in"):
             loop.call_between_steps(lambda e: e.set_speculation(99, adaptive=False), 30)
+        measured = engine.controller.costs
+        assert measured.has_any_verify
+        loop.call_between_steps(lambda e: e.set_speculation(5, adaptive=True), timeout_s=30)
+        assert engine.controller.costs is measured  # costs are kept by default
+        loop.call_between_steps(lambda e: e.set_speculation(5, True, forget_costs=True), 30)
+        assert engine.controller.costs is not measured
+        assert not engine.controller.costs.has_any_verify  # starts from nothing
+        since = len(sink.outputs)
+        loop.submit(Request("c", prompts[1], _greedy()))
+        sink.wait_finished(["c"])
+        assert sink.tokens("c") == reference[1]
+        assert any(r.num_draft_tokens > 0 for o in sink.outputs[since:] for r in o.rounds)
     finally:
         loop.stop()
 

@@ -138,9 +138,13 @@ def test_adaptive_some_sequences_draft_is_lossless(
 ) -> None:
     """Adaptive k decides per round which sequences draft; the requests are long enough that
     feeding the remote drafter their prompts is worth it (controller.py: at 24 tokens each
-    the one-off price of starting, spread over what is left, ate the gain)."""
+    the one-off price of starting, spread over what is left, ate the gain). The controller
+    starts from no measured costs, as a new engine's does: with the costs the fixed-k tests
+    before it measured on a loaded machine, plain decoding could win every round (a choice,
+    not a fault), and whether any round drafted was chance; from nothing, its first round
+    drafts at the ceiling and its second measures plain decoding."""
     longer = target_only(prompts, BATCH, ADAPTIVE_TOKENS)
-    ray.get(speculative.verifier.set_speculation.remote(6, True), timeout=120)
+    ray.get(speculative.verifier.set_speculation.remote(6, True, True), timeout=120)
     try:
         before = len(speculative.sink.outputs)
         outputs = speculative.run(prompts, "adaptive", [ADAPTIVE_TOKENS] * len(prompts))

@@ -11,6 +11,7 @@ import torch
 from daemon.runtime.device import synchronize
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
+from daemon.runtime.engine.cost_model import CostModel
 from daemon.runtime.engine.graphs_ahead import capture_graphs_ahead
 from daemon.runtime.engine.prefill import prefill
 from daemon.runtime.engine.proposal_chooser import ProposalChooser
@@ -150,9 +151,15 @@ class SpecEngine:
         self._ended_waiting.clear()
         return deltas
 
-    def set_speculation(self, num_speculative_tokens: int, adaptive: bool) -> None:
-        """Change k (or the adaptive ceiling) between steps; measured costs are kept, and
-        running sequences start fresh acceptance estimates of the new length."""
+    def set_speculation(
+        self, num_speculative_tokens: int, adaptive: bool, forget_costs: bool = False
+    ) -> None:
+        """Change k (or the adaptive ceiling) between steps; running sequences start fresh
+        acceptance estimates of the new length. Measured round costs are kept unless
+        `forget_costs`: then the controller starts from nothing, as a new engine's does (its
+        first adaptive round drafts at the ceiling, its next one measures plain decoding),
+        for when the costs measured so far no longer hold (the machine's load changed) or a
+        check wants adaptive's start, not a choice the earlier load made."""
         if self.proposer is None and num_speculative_tokens > 0:
             raise RequestError("this engine has no proposer: k must stay 0")
         config = EngineConfig(
@@ -165,7 +172,7 @@ class SpecEngine:
             choose_proposal=self.config.choose_proposal,
             max_prefill_tokens=self.config.max_prefill_tokens,
         )
-        costs = self.controller.costs
+        costs = CostModel() if forget_costs else self.controller.costs
         self.config = config
         self.controller = SpeculationController(
             ControllerConfig(
