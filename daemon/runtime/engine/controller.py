@@ -75,6 +75,11 @@ for it. The catch-up line prices that feeding (a + p * the most tokens a row is 
 each speculative length pays it spread over the tokens the batch has left to generate: a
 round emitting t tokens is charged t / (tokens left) of it. Near the end of a batch, or
 with a long backlog, a small gain is not worth starting for; where much is left, it is.
+The choice is Python, ~0.1 ms of it a round inside an engine (a cold cache after the passes):
+where a round takes 1-3 ms (the demo-size targets on a GPU, the demo pair on a CPU) that was
+3-5% of adaptive's time, and fixed k beat it by as much at the same k. So the cost model keeps
+its lines and tables between rounds (cost_model.py), and a speculative choice is kept for up
+to KEEP_CHOICE_ROUNDS rounds of the same batch (_keeps_speculating).
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -98,6 +103,7 @@ EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
 EXPLORE_BUDGET = 0.02  # their predicted loss, as a share of the time in plain rounds between
 MAX_EXPLORE_EVERY = 512  # ... but never more rounds than this apart (a loss mispredicted)
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
+KEEP_CHOICE_ROUNDS = 4  # rounds of the same batch a speculative choice is made for at most
 MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
 STALE_SLACK = 0.15  # an out-of-date length is measured again if this much cheaper would win
 SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
@@ -137,6 +143,13 @@ class SpeculationController:
     _plain_flip_cost: float = 0.0
     # batch size -> the verify pass count at its latest probe of an out-of-date length
     _stale_probed: dict[int, int] = field(default_factory=dict)
+    # the batch for which a speculative K was last chosen (not a probe), K, each sequence's
+    # cap then, and the rounds since: the same batch keeps that choice for up to
+    # KEEP_CHOICE_ROUNDS rounds without making it again (_keeps_speculating)
+    _kept_batch: list[AcceptanceEstimate] | None = None
+    _kept_k: int = 0
+    _kept_caps: list[int] = field(default_factory=list)
+    _kept_rounds: int = 0
 
     def __post_init__(self) -> None:
         self.global_estimate = AcceptanceEstimate(self.config.max_k, decay=GLOBAL_DECAY)
@@ -160,7 +173,13 @@ class SpeculationController:
         if self._keeps_plain(estimates, limits):
             self._rounds_without_spec += 1
             return [0] * len(estimates)
+        if self._keeps_speculating(estimates):
+            self._kept_rounds += 1
+            self._rounds_since_probe += 1
+            k = self._kept_k
+            return [min(k, cap, limit) for cap, limit in zip(self._kept_caps, limits, strict=True)]
         self._plain_batch = None
+        self._kept_batch = None
         prior = self._prior()
         probs = [accept_probs(e.alphas(prior, PRIOR_WEIGHT)) for e in estimates]
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
@@ -173,7 +192,28 @@ class SpeculationController:
         if k > best_k:  # a probe: past where the estimates stop drafting too (else it never
             # learns that a position got better), within the limits
             return [min(k, limit) for limit in limits]
+        if k > 0 and k == best_k and self._last_choice is not None:  # a priced choice
+            self._kept_batch, self._kept_k, self._kept_caps = list(estimates), k, caps
+            self._kept_rounds = 0
         return [min(k, cap) for cap in caps]
+
+    def _keeps_speculating(self, estimates: list[AcceptanceEstimate]) -> bool:
+        """Whether this round keeps the last speculative choice (made for the same batch, in
+        order, fewer than KEEP_CHOICE_ROUNDS rounds ago, with no probe due): the choice took
+        ~0.1 ms of Python a round in an engine (a GPU round of the demo-size targets takes
+        ~1 ms; at batch 1 on a CPU adaptive's rounds were 0.1-0.15 ms slower than fixed k's
+        at the same k), while a round moves a sequence's estimate by at most 5% of a round's
+        weight (SEQUENCE_DECAY) and a length's price by one sample of NUM_RECENT: a choice
+        made a few rounds ago is the choice of now, or about as good. New sequences, finished
+        ones and the probes' rounds make it again at once."""
+        kept = self._kept_batch
+        return (
+            kept is not None
+            and self._kept_rounds + 1 < KEEP_CHOICE_ROUNDS
+            and self._rounds_since_probe + 1 < PROBE_EVERY
+            and len(kept) == len(estimates)
+            and all(a is b for a, b in zip(kept, estimates, strict=True))
+        )
 
     def _flip_cost(self, batch: int) -> float:
         """The plain round's price above which the last choice's best speculative rate would

@@ -64,6 +64,7 @@ in T (pool adjacent violators, weighted by their sample counts): such a run of l
 priced at its weighted mean, and the choice between them falls to what each emits.
 """
 
+import itertools
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -108,9 +109,25 @@ class CostModel:
     catch_up_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
     # batch size -> T -> the median its samples had when a pass after STALE_PASSES replaced them
     verify_replaced: dict[int, dict[int, float]] = field(default_factory=dict)
-    # (batch size, T) -> the median of its verify samples, until one is recorded: a round
-    # records one length, and the controller reads every length's median every round
+    # What the controller reads every round, kept until a sample it was made from changes: a
+    # round records one verify pass, one drafting round and one overhead sample, and on a GPU
+    # (a round of ~1 ms) refitting every line from every sample took ~0.1 ms of Python.
+    # (batch size, T) -> the median of its verify samples
     _verify_medians: dict[tuple[int, int], float] = field(default_factory=dict)
+    # batch size -> its verify table (_verify_table), until any verify pass (the speed moves)
+    _verify_tables: dict[int, dict[int, float]] = field(default_factory=dict)
+    # (batch size, k) -> (median, count, oldest round number) of k's drafting rounds young
+    # enough, until one of k's is recorded or the oldest ages out (DRAFT_MAX_AGE), and batch
+    # size -> the draft line, until a drafting round is recorded there (rounds age only then)
+    _draft_points: dict[tuple[int, int], tuple[float, float, int]] = field(default_factory=dict)
+    _draft_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # batch size -> k -> seconds of the overhead samples in its window (oldest first), the
+    # median of each, and the line through them
+    _overhead_by_k: dict[int, dict[int, deque[float]]] = field(default_factory=dict)
+    _overhead_medians: dict[tuple[int, int], float] = field(default_factory=dict)
+    _overhead_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # batch size -> its catch-up line (catch-ups are rare; the controller reads it each round)
+    _catch_up_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
@@ -121,6 +138,8 @@ class CostModel:
             per_k.setdefault(num_steps, deque(maxlen=NUM_RECENT_DRAFT_PER_K)).append(
                 (rounds, seconds)
             )
+            self._draft_points.pop((batch_size, num_steps), None)
+            self._draft_lines.pop(batch_size, None)
 
     def draft_count(self, batch_size: int) -> int:
         """Drafting rounds whose time the draft line holds at this batch size."""
@@ -137,6 +156,7 @@ class CostModel:
             extra = max(0.0, seconds - self.draft_cost(batch_size, num_steps))
             samples = self.catch_up_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
             samples.append((behind, extra))
+            self._catch_up_lines.pop(batch_size, None)
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
         per_len = self.verify_samples.setdefault(batch_size, {})
@@ -152,6 +172,7 @@ class CostModel:
                 self.speed_ratios.append(seconds / reference)
         samples.append(seconds / self.speed)
         self._verify_medians.pop((batch_size, tokens_per_seq), None)
+        self._verify_tables.clear()
         passes = self.verify_passes.get(batch_size, 0) + 1
         self.verify_passes[batch_size] = passes
         self.verify_newest.setdefault(batch_size, {})[tokens_per_seq] = passes
@@ -159,7 +180,18 @@ class CostModel:
     def record_overhead(self, batch_size: int, k: int, seconds: float) -> None:
         """A round's time outside its forward passes; k: the most drafts it asked a row for."""
         samples = self.overhead_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
+        by_k = self._overhead_by_k.setdefault(batch_size, {})
+        if len(samples) == samples.maxlen:  # the oldest sample leaves the window
+            oldest_k = samples[0][0]
+            group = by_k[oldest_k]
+            group.popleft()
+            if not group:
+                del by_k[oldest_k]
+            self._overhead_medians.pop((batch_size, oldest_k), None)
         samples.append((k, seconds))
+        by_k.setdefault(k, deque()).append(seconds)
+        self._overhead_medians.pop((batch_size, k), None)
+        self._overhead_lines.pop(batch_size, None)
 
     # -- queries ----------------------------------------------------------------------------
     @property
@@ -226,7 +258,13 @@ class CostModel:
         any catch-up was measured)."""
         if not self.catch_up_samples:
             return 0.0, 0.0
-        return _fit_line(self.catch_up_samples[_nearest_key(self.catch_up_samples, batch_size)])
+        if batch_size not in self.catch_up_samples:
+            batch_size = _nearest_key(self.catch_up_samples, batch_size)
+        line = self._catch_up_lines.get(batch_size)
+        if line is None:
+            line = _fit_line(self.catch_up_samples[batch_size])
+            self._catch_up_lines[batch_size] = line
+        return line
 
     def overhead_cost(self, batch_size: int, k: int) -> float:
         """Seconds a round drafting k tokens a row spends outside its forward passes."""
@@ -238,9 +276,29 @@ class CostModel:
         batch size's), or None before any round."""
         if not self.overhead_samples:
             return None
-        return _fit_median_line(
-            self.overhead_samples[_nearest_key(self.overhead_samples, batch_size)]
-        )
+        if batch_size not in self.overhead_samples:
+            batch_size = _nearest_key(self.overhead_samples, batch_size)
+        line = self._overhead_lines.get(batch_size)
+        if line is None:
+            line = self._fit_overhead(batch_size)
+            self._overhead_lines[batch_size] = line
+        return line
+
+    def _fit_overhead(self, batch_size: int) -> tuple[float, float]:
+        """Least squares through each k's median of the window, weighted by its count, robust
+        to the odd slow round. One k seen (or a falling line, which is noise): flat at the
+        median of all."""
+        points = []
+        for k, group in self._overhead_by_k[batch_size].items():
+            median = self._overhead_medians.get((batch_size, k))
+            if median is None:
+                median = _median(group)
+                self._overhead_medians[(batch_size, k)] = median
+            points.append((float(k), median, float(len(group))))
+        line = _weighted_line(points)
+        if line is None or line[1] <= 0.0:
+            return _median(s for _, s in self.overhead_samples[batch_size]), 0.0
+        return line
 
     def verify_cost(self, batch_size: int, tokens_per_seq: int) -> float | None:
         """Seconds for one verify pass, or None before anything was measured.
@@ -338,26 +396,43 @@ class CostModel:
         nearest measured one's), or None before any drafting round."""
         if not self.draft_samples:
             return None
-        batch_size = _nearest_key(self.draft_samples, batch_size)
+        if batch_size not in self.draft_samples:
+            batch_size = _nearest_key(self.draft_samples, batch_size)
+        line = self._draft_lines.get(batch_size)
+        if line is not None:
+            return line
         oldest = self.draft_rounds.get(batch_size, 0) - DRAFT_MAX_AGE
         points = []  # (k, median seconds, count) of each k's rounds young enough
         for k, samples in self.draft_samples[batch_size].items():
-            recent = [seconds for number, seconds in samples if number > oldest]
-            if recent:
-                points.append((float(k), _median(recent), float(len(recent))))
-        return _fit_points(points) if points else None
+            point = self._draft_points.get((batch_size, k))
+            if point is None or point[2] <= oldest:  # not computed, or one of them aged out
+                recent = [(number, seconds) for number, seconds in samples if number > oldest]
+                if not recent:
+                    continue
+                point = (_median(s for _, s in recent), float(len(recent)), recent[0][0])
+                self._draft_points[(batch_size, k)] = point
+            points.append((float(k), point[0], point[1]))
+        if not points:
+            return None
+        line = _fit_points(points)
+        self._draft_lines[batch_size] = line
+        return line
 
     def _verify_table(self, batch_size: int) -> dict[int, float]:
         """Length -> seconds of a pass at this batch size (the nearest measured one's): each
         length's median, made non-decreasing in the length (_monotone)."""
         if batch_size not in self.verify_samples:
             batch_size = _nearest_key(self.verify_samples, batch_size)
-        speed = self.speed
-        per_len = self.verify_samples[batch_size]
-        lengths = sorted(per_len)
-        medians = [self._verify_median(batch_size, t) * speed for t in lengths]
-        counts = [len(per_len[t]) for t in lengths]
-        return dict(zip(lengths, _monotone(medians, counts), strict=True))
+        table = self._verify_tables.get(batch_size)
+        if table is None:
+            speed = self.speed
+            per_len = self.verify_samples[batch_size]
+            lengths = sorted(per_len)
+            medians = [self._verify_median(batch_size, t) * speed for t in lengths]
+            counts = [len(per_len[t]) for t in lengths]
+            table = dict(zip(lengths, _monotone(medians, counts), strict=True))
+            self._verify_tables[batch_size] = table
+        return table
 
 
 def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
@@ -381,13 +456,19 @@ def _fit_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
 def _weighted_line(points: list[tuple[float, float, float]]) -> tuple[float, float] | None:
     """Weighted least-squares (intercept, slope) through (k, seconds, weight) points, or None
     where k does not vary."""
-    total = sum(w for _, _, w in points)
-    mean_k = sum(k * w for k, _, w in points) / total
-    mean_s = sum(s * w for _, s, w in points) / total
-    var_k = sum(w * (k - mean_k) ** 2 for k, _, w in points)
+    total = sum_k = sum_s = 0.0
+    for k, s, w in points:
+        total += w
+        sum_k += k * w
+        sum_s += s * w
+    mean_k, mean_s = sum_k / total, sum_s / total
+    var_k = cov = 0.0
+    for k, s, w in points:
+        var_k += w * (k - mean_k) ** 2
+        cov += w * (k - mean_k) * (s - mean_s)
     if var_k == 0.0:
         return None
-    slope = sum(w * (k - mean_k) * (s - mean_s) for k, s, w in points) / var_k
+    slope = cov / var_k
     return mean_s - slope * mean_k, slope
 
 
@@ -401,22 +482,11 @@ def _fit_points(points: list[tuple[float, float, float]]) -> tuple[float, float]
     return line
 
 
-def _fit_median_line(samples: deque[tuple[int, float]]) -> tuple[float, float]:
-    """(intercept, slope) of seconds against k, robust to the odd slow round: least squares
-    through each k's median, weighted by its count. One k seen (or a falling line, which is
-    noise): flat at the median of all."""
-    by_k: dict[int, list[float]] = {}
-    for k, seconds in samples:
-        by_k.setdefault(k, []).append(seconds)
-    line = _weighted_line([(float(k), _median(v), float(len(v))) for k, v in by_k.items()])
-    if line is None or line[1] <= 0.0:
-        return _median(s for _, s in samples), 0.0
-    return line
-
-
 def _monotone(values: list[float], weights: list[int]) -> list[float]:
     """The non-decreasing sequence nearest `values` in weighted least squares (pool adjacent
     violators): a run of lengths whose medians fall is priced at their weighted mean."""
+    if all(a <= b for a, b in itertools.pairwise(values)):  # the usual case: nothing to pool
+        return list(values)
     blocks: list[list[float]] = []  # [mean, weight, number of values]
     for value, weight in zip(values, weights, strict=True):
         blocks.append([value, float(weight), 1.0])
