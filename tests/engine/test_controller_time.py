@@ -127,12 +127,14 @@ def test_what_the_cost_model_keeps_equals_what_its_samples_say() -> None:
 
 
 def _speculating(
-    verify: dict[int, float] | None = None,
+    verify: dict[int, float] | None = None, scale: float = 1e-6
 ) -> tuple[SpeculationController, list[AcceptanceEstimate]]:
-    """Batch 4, drafting cheap and every draft accepted: by default k = 8 wins."""
+    """Batch 4, drafting cheap and every draft accepted: by default k = 8 wins. Prices in
+    units of `scale` seconds: by default a round of ~30 us, which a choice in Python outlasts."""
     ctl = SpeculationController(ControllerConfig(max_k=8, adaptive=True))
-    ctl.costs.record_draft(4, 1, 0.0001)
-    for length, seconds in (verify or {1: 0.030, 2: 0.030, 9: 0.032}).items():
+    ctl.costs.record_draft(4, 1, 0.1 * scale)
+    for length, units in (verify or {1: 30.0, 2: 30.0, 9: 32.0}).items():
+        seconds = units * scale
         for _ in range(MIN_COST_SAMPLES):
             ctl.costs.record_verify(4, length, seconds)
     ests = [ctl.new_estimate() for _ in range(4)]
@@ -153,6 +155,16 @@ def test_a_speculative_choice_is_kept_for_a_few_rounds_of_the_same_batch() -> No
     assert max(chosen[-1]) < 8
 
 
+def test_a_choice_is_made_every_round_where_it_takes_little_of_the_round() -> None:
+    """Rounds of ~3 s: a choice takes far under KEEP_CHOICE_SHARE of one (as of a CPU's 30 ms
+    round), and each round's is made afresh."""
+    ctl, ests = _speculating(scale=0.1)
+    assert ctl.choose(ests, [8] * 4) == [8] * 4
+    for _ in range(8):
+        ctl.costs.record_draft(4, 8, 5000.0)
+    assert max(ctl.choose(ests, [8] * 4)) < 8
+
+
 def test_a_new_batch_makes_the_choice_again_at_once() -> None:
     ctl, ests = _speculating()
     assert ctl.choose(ests, [8] * 4) == [8] * 4
@@ -164,7 +176,7 @@ def test_a_new_batch_makes_the_choice_again_at_once() -> None:
 def test_kept_choices_leave_the_probes_on_schedule() -> None:
     """With nothing changing, the rounds between two probes are as many as without keeping:
     the probe (a length one deeper, or a cost probe) comes at round PROBE_EVERY."""
-    ctl, ests = _speculating({1: 0.030, 2: 0.030, 5: 0.032, 9: 0.5})  # k = 4 wins; a pass of
+    ctl, ests = _speculating({1: 30.0, 2: 30.0, 5: 32.0, 9: 500.0})  # k = 4 wins; a pass of
     # 6 is not measured, so drafting 5 could win (a cost probe, then a probe one deeper)
     chosen = [ctl.choose(ests, [8] * 4) for _ in range(2 * PROBE_EVERY)]
     probes = [i for i, ks in enumerate(chosen) if ks != [4] * 4]

@@ -88,6 +88,7 @@ pseudo-round only: at 8 (as a sequence's) a short run's deep positions stayed pu
 """
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs
@@ -104,6 +105,7 @@ EXPLORE_BUDGET = 0.02  # their predicted loss, as a share of the time in plain r
 MAX_EXPLORE_EVERY = 512  # ... but never more rounds than this apart (a loss mispredicted)
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
 KEEP_CHOICE_ROUNDS = 4  # rounds of the same batch a speculative choice is made for at most
+KEEP_CHOICE_SHARE = 0.02  # ... where making it took this share of its round's price or more
 MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
 STALE_SLACK = 0.15  # an out-of-date length is measured again if this much cheaper would win
 SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
@@ -178,6 +180,7 @@ class SpeculationController:
             self._rounds_since_probe += 1
             k = self._kept_k
             return [min(k, cap, limit) for cap, limit in zip(self._kept_caps, limits, strict=True)]
+        started = time.perf_counter()
         self._plain_batch = None
         self._kept_batch = None
         prior = self._prior()
@@ -193,8 +196,10 @@ class SpeculationController:
             # learns that a position got better), within the limits
             return [min(k, limit) for limit in limits]
         if k > 0 and k == best_k and self._last_choice is not None:  # a priced choice
-            self._kept_batch, self._kept_k, self._kept_caps = list(estimates), k, caps
-            self._kept_rounds = 0
+            spent = time.perf_counter() - started
+            if spent >= KEEP_CHOICE_SHARE * self._last_choice[2][k]:  # worth keeping
+                self._kept_batch, self._kept_k, self._kept_caps = list(estimates), k, caps
+                self._kept_rounds = 0
         return [min(k, cap) for cap in caps]
 
     def _keeps_speculating(self, estimates: list[AcceptanceEstimate]) -> bool:
@@ -205,7 +210,9 @@ class SpeculationController:
         at the same k), while a round moves a sequence's estimate by at most 5% of a round's
         weight (SEQUENCE_DECAY) and a length's price by one sample of NUM_RECENT: a choice
         made a few rounds ago is the choice of now, or about as good. New sequences, finished
-        ones and the probes' rounds make it again at once."""
+        ones and the probes' rounds make it again at once. Only where making the choice took
+        KEEP_CHOICE_SHARE of the round's price or more is it kept at all: in a round of 10 ms
+        or more there is little to save, and the choice of each round is the best one."""
         kept = self._kept_batch
         return (
             kept is not None
