@@ -6,8 +6,10 @@ For each prompt set (code, prose) and each concurrency it runs target-only, spec
 every fixed k from 1 to --max-k, and adaptive with ceiling --max-k, on the demo pair (or the
 cost-scaled demo target with --cost-ratio, the one `specctl bench` builds), greedy, EOS
 ignored (every mode generates the same tokens), one torch thread. It prints tokens/s per mode,
-the best fixed k, and adaptive over the best fixed k and over target-only, and writes the
-rows as JSON. Figures taken while other work shares the CPU are noisy: say so when quoting.
+the best fixed k, adaptive over the best fixed k and over target-only, and the controller's
+time choosing k per round (a share of a round that matters where rounds take a few ms: the
+demo pair here, a GPU), and writes the rows as JSON. Figures taken while other work shares
+the CPU are noisy: say so when quoting.
 """
 
 import argparse
@@ -33,6 +35,7 @@ class Row:
     acceptance_rate: float | None
     mean_acceptance_length: float | None
     mean_k: float | None  # draft tokens per draft (adaptive: what it chose)
+    choose_us: float  # the controller's time choosing k, per round
 
 
 def run(
@@ -60,9 +63,14 @@ def run(
                 result.acceptance_rate,
                 result.mean_acceptance_length,
                 mean_k,
+                result.choose_per_round_us,
             )
         )
-        print(f"  {name:5s} c={c:<3d} {mode:12s} {result.tokens_per_s:8.1f} tok/s", flush=True)
+        print(
+            f"  {name:5s} c={c:<3d} {mode:12s} {result.tokens_per_s:8.1f} tok/s  "
+            f"choose() {result.choose_per_round_us:6.1f} us/round",
+            flush=True,
+        )
     return rows
 
 
@@ -82,7 +90,8 @@ def summarise(rows: list[Row]) -> list[str]:
                 f"{best.tokens_per_s:7.1f}  adaptive {adaptive.tokens_per_s:7.1f} "
                 f"(k~{adaptive.mean_k or 0:.2f})  "
                 f"adaptive/best {adaptive.tokens_per_s / best.tokens_per_s:.3f}  "
-                f"adaptive/target-only {adaptive.tokens_per_s / base:.2f}"
+                f"adaptive/target-only {adaptive.tokens_per_s / base:.2f}  "
+                f"choose() {adaptive.choose_us:.1f} us/round"
             )
     return lines
 

@@ -43,6 +43,7 @@ class RunResult:
     overhead_per_round_ms: float
     output_token_ids: list[list[int]]
     repeats_in_order: list[float] = field(default_factory=list)  # every repeat's, as run
+    choose_per_round_us: float = 0.0  # the controller choosing k, per round
 
     @property
     def repeats_tokens_per_s(self) -> list[float]:
@@ -303,6 +304,7 @@ def _result(
         prefill_time_s=stats.prefill_time_s,
         overhead_per_round_ms=1000 * stats.overhead_time_s / max(stats.num_rounds, 1),
         output_token_ids=[o.token_ids for o in outputs],
+        choose_per_round_us=1e6 * stats.choose_time_s / max(stats.num_rounds, 1),
     )
 
 

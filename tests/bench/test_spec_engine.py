@@ -62,6 +62,9 @@ def test_run_group_measures_each_configuration_in_order() -> None:
     # greedy: every configuration emits the target's own tokens
     assert results[1].output_token_ids == results[0].output_token_ids
     assert results[2].output_token_ids == results[0].output_token_ids
+    # the controller's time per round, a part of the time outside the passes
+    for r in results:
+        assert 0.0 < r.choose_per_round_us < 1000 * r.overhead_per_round_ms
 
 
 def test_at_concurrency_one_the_configurations_take_turns_request_by_request() -> None:

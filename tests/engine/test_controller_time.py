@@ -3,6 +3,7 @@ samples say, and a speculative choice is kept for a few rounds of the same batch
 
 import random
 from collections import defaultdict
+from pathlib import Path
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate
 from daemon.runtime.engine.controller import (
@@ -17,6 +18,9 @@ from daemon.runtime.engine.cost_model import (
     MIN_CATCH_UP_BEHIND,
     CostModel,
 )
+from daemon.runtime.engine.request import Request
+from daemon.runtime.sampling.params import SamplingParams
+from tests.engine.helpers import make_engine
 
 
 def _median(values: list[float]) -> float:
@@ -181,3 +185,20 @@ def test_kept_choices_leave_the_probes_on_schedule() -> None:
     chosen = [ctl.choose(ests, [8] * 4) for _ in range(2 * PROBE_EVERY)]
     probes = [i for i, ks in enumerate(chosen) if ks != [4] * 4]
     assert probes == [PROBE_EVERY - 1, 2 * PROBE_EVERY - 1], chosen
+
+
+def test_the_engine_reports_the_controllers_time(
+    target_dir: Path, draft_dir: Path, prompts: list[list[int]]
+) -> None:
+    """Each round's stats carry the time its k was chosen in, within the time outside the
+    passes; the totals add them up."""
+    engine = make_engine(target_dir, draft_dir, k=4, adaptive=True, batch=2)
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    for i, prompt in enumerate(prompts[:2]):
+        engine.add_request(Request(f"r{i}", prompt, params))
+    total = 0.0
+    while engine.has_unfinished():
+        stats = engine.step().stats
+        assert stats.choose_time_s <= stats.overhead_time_s
+        total += stats.choose_time_s
+    assert total > 0.0 and engine.stats.choose_time_s == total

@@ -308,12 +308,14 @@ class SpecEngine:
         return seq
 
     def _round(self, seqs: list[Sequence], stats: RoundStats) -> None:
+        started = time.perf_counter()
         ks = self.controller.choose(
             [s.acceptance for s in seqs],
             [self._k_limit(s) for s in seqs],
             behind=[s.drafter_behind for s in seqs],
             left=[s.request.params.max_tokens - s.num_output_tokens for s in seqs],
         )
+        stats.choose_time_s = time.perf_counter() - started
         batch = len(seqs)
         coupled, exploring = self._proposal_form(seqs, ks)
         proposals = self._propose(seqs, ks, coupled)

@@ -19,6 +19,7 @@ class RoundStats:
     prefill_time_s: float = 0.0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    choose_time_s: float = 0.0  # the controller choosing k (part of the overhead)
     step_time_s: float = 0.0  # the whole step
 
     @property
@@ -42,6 +43,7 @@ class EngineStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     prefill_time_s: float = 0.0
+    choose_time_s: float = 0.0
     step_time_s: float = 0.0
 
     def add(self, r: RoundStats) -> None:
@@ -59,6 +61,7 @@ class EngineStats:
         self.draft_time_s += r.draft_time_s
         self.verify_time_s += r.verify_time_s
         self.prefill_time_s += r.prefill_time_s
+        self.choose_time_s += r.choose_time_s
         self.step_time_s += r.step_time_s
 
     @property
