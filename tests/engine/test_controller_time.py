@@ -17,44 +17,26 @@ from daemon.runtime.engine.cost_model import (
     DRAFT_MAX_AGE,
     MIN_CATCH_UP_BEHIND,
     CostModel,
+    _fit_points,
+    _median,
+    _weighted_line,
 )
 from daemon.runtime.engine.request import Request
 from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.helpers import make_engine
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
-
-
-def _line(points: list[tuple[float, float, float]]) -> tuple[float, float] | None:
-    """Weighted least squares through (k, seconds, weight), None where k does not vary."""
-    total = sum(w for _, _, w in points)
-    mean_k = sum(k * w for k, _, w in points) / total
-    mean_s = sum(s * w for _, s, w in points) / total
-    var_k = sum(w * (k - mean_k) ** 2 for k, _, w in points)
-    if var_k == 0.0:
-        return None
-    slope = sum(w * (k - mean_k) * (s - mean_s) for k, s, w in points) / var_k
-    return mean_s - slope * mean_k, slope
-
-
 def _draft_line(costs: CostModel, batch: int) -> tuple[float, float]:
-    """The draft line from its definition: through each k's median of its rounds younger than
-    DRAFT_MAX_AGE drafting rounds, weighted by their count; through the origin where it
-    cannot separate an intercept (one k, a falling line, a negative intercept)."""
+    """The draft line from every sample, nothing kept: through each k's median of its rounds
+    younger than DRAFT_MAX_AGE drafting rounds, weighted by their count (the fit itself is
+    the cost model's; what is checked is what it is fed)."""
     oldest = costs.draft_rounds[batch] - DRAFT_MAX_AGE
     points = []
     for k, samples in costs.draft_samples[batch].items():
         recent = [s for n, s in samples if n > oldest]
         if recent:
             points.append((float(k), _median(recent), float(len(recent))))
-    line = _line(points)
-    if line is None or line[1] <= 0.0 or line[0] < 0.0:
-        return 0.0, sum(s * w for _, s, w in points) / sum(k * w for k, _, w in points)
-    return line
+    return _fit_points(points)
 
 
 def _overhead_line(costs: CostModel, batch: int) -> tuple[float, float]:
@@ -62,7 +44,7 @@ def _overhead_line(costs: CostModel, batch: int) -> tuple[float, float]:
     by_k: dict[int, list[float]] = defaultdict(list)
     for k, seconds in costs.overhead_samples[batch]:
         by_k[k].append(seconds)
-    line = _line([(float(k), _median(v), float(len(v))) for k, v in by_k.items()])
+    line = _weighted_line([(float(k), _median(v), float(len(v))) for k, v in by_k.items()])
     if line is None or line[1] <= 0.0:
         return _median([s for _, s in costs.overhead_samples[batch]]), 0.0
     return line
