@@ -85,6 +85,44 @@ def test_both_paths_give_the_same_bits(
     assert torch.equal(run(x, packed, out_f), avx2)
 
 
+@pytestmark_kernel
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("rows", [7, 9, 14, 15])
+def test_tall_blocks_give_the_same_bits(
+    gated: bool, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the CPU has AVX-512VL, 7 to 14 rows take one register block of up to 14 rows
+    (the shipped threshold); with SPECCTL_AVX512=0 they take blocks of at most 6: the same
+    sums in the same order, so the same bits."""
+    hidden, out_f = 300, 16 * 5 + 3
+    weight = _weight(2 * out_f if gated else out_f, hidden, seed=rows)
+    packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
+    run = skinny.gated_linear if gated else skinny.linear
+    x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(rows))
+    monkeypatch.setenv(skinny.WIDE_ENV, "0")
+    six_row_blocks = run(x, packed, out_f)
+    monkeypatch.delenv(skinny.WIDE_ENV)
+    assert torch.equal(run(x, packed, out_f), six_row_blocks)
+
+
+@pytestmark_kernel
+@pytest.mark.parametrize("rows", [6, 7, 10, 14, 20])
+@pytest.mark.parametrize("stride", [1024, 2048, 1040])
+def test_rows_4_kb_apart(rows: int, stride: int) -> None:
+    """Rows a multiple of 4 KB apart (an MLP's down projection reads the [rows, 16384]
+    activation) are copied further apart before a block of more than 6 of them runs (their
+    lines would share L1 sets): the product and each row's bits do not change."""
+    in_f, out_f = 1000, 40
+    weight = _weight(out_f, in_f, seed=stride)
+    packed = skinny.pack(weight)
+    base = torch.randn(rows, stride, generator=torch.Generator().manual_seed(rows))
+    x = base[:, :in_f]  # [rows, 1000] at a stride of `stride` floats
+    got = skinny.linear(x, packed, out_f)
+    torch.testing.assert_close(got, F.linear(x, weight), rtol=1e-4, atol=1e-4)
+    alone = torch.cat([skinny.linear(x[i : i + 1], packed, out_f) for i in range(rows)])
+    assert torch.equal(got, alone)
+
+
 def _weight(out_f: int, in_f: int, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(out_f, in_f, generator=gen) * in_f**-0.5
@@ -119,7 +157,7 @@ def test_a_row_comes_out_the_same_whatever_shares_its_call(gated: bool) -> None:
     run = skinny.gated_linear if gated else skinny.linear
     x = torch.randn(97, hidden, generator=torch.Generator().manual_seed(4))
     alone = torch.cat([run(x[i : i + 1], packed, out_f) for i in range(97)])
-    for rows in [*range(2, 14), 97]:
+    for rows in [*range(2, 17), 97]:
         assert torch.equal(run(x[:rows], packed, out_f), alone[:rows]), f"{rows} rows"
 
 

@@ -24,9 +24,16 @@
  * Loops: rows in blocks of MB (the weights are read once per block), then panels, then K in
  * blocks of KB (a panel's block stays in L1 while every MR-row chunk of the row block uses it),
  * then the row chunks. Partial sums live in the output between K blocks. With one row chunk
- * the whole K is one block: the sums never leave the registers. The weights are prefetched in
- * software: one chunk streams PF_DIST lines ahead; several chunks each prefetch a share of the
- * next block, so that memory stays busy while a block's later chunks compute from L1.
+ * the whole K is one block: the sums never leave the registers. Where the CPU has AVX-512VL a
+ * chunk holds up to TR = 14 rows (32 registers), else MR = 6. Software prefetch: several
+ * chunks each prefetch a share of the next block, so that memory stays busy while a block's
+ * later chunks compute from L1; one chunk of FAR_MIN_ROWS rows or more prefetches FAR_DIST
+ * lines (16 KB) ahead, and one of fewer rows leaves it to the hardware. Measured on a Zen 4
+ * EPYC, one thread, the wide bench target's MLPs (302 MB; a plain read of them: 10.3 ms),
+ * ms per pass at 1 / 4 / 7 / 9 rows: 16 lines ahead for every chunk 12.9 / 14.0 / 15.6 /
+ * 20.4 (9 rows: 5 + 4), no prefetch 10.6 / 13.7 / 18.0 / 21.9, this 10.1-11.2 / 12.8-13.7 /
+ * 12.0-13.5 / 14.0-14.3 (9 rows: one chunk). Past ~8 rows a pass is bound by the FMAs, not
+ * the memory: 9 rows take 9 cycles a 64-byte line, the memory delivers one every ~7.6.
  *
  * Many rows on AVX-512 (a block of at least the caller's wide_min rows, where the CPU has
  * AVX-512F): the block's x packed once, then two panels at a time in zmm registers (the
@@ -51,10 +58,12 @@
 
 #define NR 16         /* output columns per panel: two AVX2 vectors */
 #define MR 6          /* rows per register block: 12 accumulators */
+#define TR 14         /* ... with AVX-512VL's 32 registers: 28 accumulators */
 #define KB 64         /* K per block when several row chunks share a panel block (4 KB) */
 #define KB_MANY 256   /* ... and when 8 or more do (a prefill: compute-bound, fewer passes) */
 #define MB 96         /* rows per block: the weights are streamed once per block */
-#define PF_DIST 16    /* lines (k steps) a single chunk prefetches ahead */
+#define FAR_DIST 256  /* lines (16 KB) a single chunk of FAR_MIN_ROWS or more prefetches ahead */
+#define FAR_MIN_ROWS 5
 #define MAX_THREADS 64
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
@@ -72,6 +81,7 @@ typedef struct {
     int gated;
     float *bmax;      /* NULL, or [M, ceil(n / 64)]: each row's max over every 64 columns */
     int64_t wide_min; /* a row block of at least this many rows takes the AVX-512 path (0: never) */
+    int64_t chunk_max; /* rows per register block of the AVX2-width path: MR, or TR (AVX-512VL) */
 } Job;
 
 #ifdef NATIVE_X86
@@ -100,20 +110,22 @@ typedef struct {
 #define ROWS4(F) ROWS3(F) F(3)
 #define ROWS5(F) ROWS4(F) F(4)
 #define ROWS6(F) ROWS5(F) F(5)
-#define MICRO(NAME, ROWS)                                                                   \
-    __attribute__((target("avx2,fma"))) static void NAME(                                   \
+#define MICRO_FOR(TARGET, NAME, ROWS)                                                       \
+    __attribute__((target(TARGET))) static void NAME(                                       \
         const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc,     \
-        int load, const float *pf, int pf_shift)                                            \
+        int load, const float *pf, int pf_shift, const float *far)                          \
     {                                                                                       \
         ROWS(ROW_INIT)                                                                      \
         for (int64_t k = 0; k < kn; k++) {                                                  \
-            _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);            \
+            if (pf) _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);   \
+            if (far) _mm_prefetch((const char *)(far + k * NR), _MM_HINT_T1);               \
             const __m256 w0 = _mm256_loadu_ps(w + k * NR);                                  \
             const __m256 w1 = _mm256_loadu_ps(w + k * NR + 8);                              \
             ROWS(ROW_FMA)                                                                   \
         }                                                                                   \
         ROWS(ROW_STORE)                                                                     \
     }
+#define MICRO(NAME, ROWS) MICRO_FOR("avx2,fma", NAME, ROWS)
 MICRO(micro1, ROWS1)
 MICRO(micro2, ROWS2)
 MICRO(micro3, ROWS3)
@@ -121,9 +133,32 @@ MICRO(micro4, ROWS4)
 MICRO(micro5, ROWS5)
 MICRO(micro6, ROWS6)
 
+/* Taller blocks where the CPU has AVX-512VL: the same 256-bit FMAs in the same order, but 32
+ * vector registers hold up to TR = 14 rows' 28 accumulators, so 7 to 14 rows (a batch-1
+ * verify of 6 to 13 drafts) take one pass over a panel where 16 registers take two. */
+#define ROWS7(F) ROWS6(F) F(6)
+#define ROWS8(F) ROWS7(F) F(7)
+#define ROWS9(F) ROWS8(F) F(8)
+#define ROWS10(F) ROWS9(F) F(9)
+#define ROWS11(F) ROWS10(F) F(10)
+#define ROWS12(F) ROWS11(F) F(11)
+#define ROWS13(F) ROWS12(F) F(12)
+#define ROWS14(F) ROWS13(F) F(13)
+#define TALL(NAME, ROWS) MICRO_FOR("avx512f,avx512vl,avx2,fma", NAME, ROWS)
+TALL(tall7, ROWS7)
+TALL(tall8, ROWS8)
+TALL(tall9, ROWS9)
+TALL(tall10, ROWS10)
+TALL(tall11, ROWS11)
+TALL(tall12, ROWS12)
+TALL(tall13, ROWS13)
+TALL(tall14, ROWS14)
+
 typedef void (*MicroFn)(const float *, int64_t, const float *, int64_t, float *, int64_t, int,
-                        const float *, int);
-static const MicroFn MICROS[MR + 1] = {NULL, micro1, micro2, micro3, micro4, micro5, micro6};
+                        const float *, int, const float *);
+static const MicroFn MICROS[TR + 1] = {NULL,   micro1, micro2, micro3, micro4, micro5,
+                                       micro6, tall7,  tall8,  tall9,  tall10, tall11,
+                                       tall12, tall13, tall14};
 
 /* exp(x) lane by lane: Cephes' expf (range reduction by ln 2 in two parts, degree-5
  * polynomial), within 2 ulp of expf; inputs clamped to +-88.38 (no inf, no NaN from it).
@@ -186,7 +221,7 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
                                                              int64_t ldc)
 {
     const int64_t K = job->k;
-    const int64_t num_chunks = (rows + MR - 1) / MR;
+    const int64_t num_chunks = (rows + job->chunk_max - 1) / job->chunk_max;
     const int64_t kb = num_chunks == 1 ? K : num_chunks >= 8 ? KB_MANY : KB;
     int shift = 0; /* chunks share a block's prefetches: 2^shift >= num_chunks */
     while (((int64_t)1 << shift) < num_chunks) shift++;
@@ -199,12 +234,13 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
         const float *wb = wp + k0 * NR;
         for (int64_t chunk = 0, i = 0; chunk < num_chunks; chunk++) {
             const int mr = (int)(base + (chunk < extra));
-            /* the weights are one contiguous stream: one chunk prefetches PF_DIST lines ahead,
-             * several each prefetch their share of the next block */
-            const float *pf = num_chunks == 1 ? wb + PF_DIST * NR
-                                              : wb + (kn + chunk * (kn >> shift)) * NR;
+            /* the weights are one contiguous stream: one chunk of FAR_MIN_ROWS or more
+             * prefetches FAR_DIST lines ahead, several each prefetch their share of the next
+             * block */
+            const float *pf = num_chunks == 1 ? NULL : wb + (kn + chunk * (kn >> shift)) * NR;
+            const float *far = num_chunks == 1 && mr >= FAR_MIN_ROWS ? wb + FAR_DIST * NR : NULL;
             MICROS[mr](job->x + (m0 + i) * job->ldx + k0, job->ldx, wb, kn, c + i * ldc, ldc,
-                       k0 > 0, pf, shift);
+                       k0 > 0, pf, shift, far);
             i += mr;
         }
     }
@@ -269,12 +305,6 @@ __attribute__((target("avx2,fma"))) static void block_maxima(const Job *job, int
 #define W_STORE(i)                                                                          \
     _mm512_storeu_ps(ca + (i) * lda, a##i);                                                 \
     if (two) _mm512_storeu_ps(cb + (i) * ldb, b##i);
-#define W_ROWS7(F) ROWS6(F) F(6)
-#define W_ROWS8(F) W_ROWS7(F) F(7)
-#define W_ROWS9(F) W_ROWS8(F) F(8)
-#define W_ROWS10(F) W_ROWS9(F) F(9)
-#define W_ROWS11(F) W_ROWS10(F) F(10)
-#define W_ROWS12(F) W_ROWS11(F) F(11)
 
 /* The chunk's rows xp [kn][WR] (its first ROWS of each WR) times panels wa and wb (wb = wa
  * for one panel: two = 0) over kn k steps, into ca / cb (rows lda / ldb floats apart), added
@@ -302,12 +332,12 @@ WIDE_MICRO(wide3, ROWS3)
 WIDE_MICRO(wide4, ROWS4)
 WIDE_MICRO(wide5, ROWS5)
 WIDE_MICRO(wide6, ROWS6)
-WIDE_MICRO(wide7, W_ROWS7)
-WIDE_MICRO(wide8, W_ROWS8)
-WIDE_MICRO(wide9, W_ROWS9)
-WIDE_MICRO(wide10, W_ROWS10)
-WIDE_MICRO(wide11, W_ROWS11)
-WIDE_MICRO(wide12, W_ROWS12)
+WIDE_MICRO(wide7, ROWS7)
+WIDE_MICRO(wide8, ROWS8)
+WIDE_MICRO(wide9, ROWS9)
+WIDE_MICRO(wide10, ROWS10)
+WIDE_MICRO(wide11, ROWS11)
+WIDE_MICRO(wide12, ROWS12)
 
 typedef void (*WideFn)(const float *, const float *, const float *, int64_t, float *, int64_t,
                        float *, int64_t, int, int, const float *, const float *, int);
@@ -1338,6 +1368,16 @@ static int cpu_has_avx512(void)
     return has;
 }
 
+static int cpu_has_avx512vl(void)
+{
+    static int has = -1;
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = cpu_has_avx512() && __builtin_cpu_supports("avx512vl");
+    }
+    return has;
+}
+
 /* Whether the row kernels (softmax, log normalisers) take their AVX-512 loops: the CPU has
  * AVX-512F and SPECCTL_AVX512 is not "0" (skinny.py's switch, read per call: tests flip it). */
 static int rows_avx512(void)
@@ -1479,18 +1519,35 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* with block maxima a thread's panels are whole blocks: no block is split between two */
     const int64_t unit = v[10] ? BMAX_PANELS : 1, units = (panels + unit - 1) / unit;
     if (threads > units) threads = (int)(units > 0 ? units : 1);
+    /* rows a multiple of 4 KB apart share their L1 sets at every k: more than a few rows in a
+     * register block (an MLP's down projection: x is the [m, 16384] activation) evict each
+     * other's lines. Copied 64 bytes further apart each, they fall in different sets. */
+    const int64_t wide_min = cpu_has_avx512() && v[11] > 0 ? v[11] : 0;
+    const float *x = (const float *)(intptr_t)v[0];
+    int64_t ldx = v[1];
+    float *x_copy = NULL;
+    if (v[5] > MR && (wide_min == 0 || v[5] < wide_min) && ldx % 1024 == 0) {
+        const int64_t stride = v[7] + 16;
+        x_copy = aligned_alloc(64, (size_t)(v[5] * stride * 4 + 63) / 64 * 64);
+        if (x_copy) {
+            for (int64_t i = 0; i < v[5]; i++) memcpy(x_copy + i * stride, x + i * ldx, v[7] * 4);
+            x = x_copy;
+            ldx = stride;
+        }
+    }
     Job jobs[MAX_THREADS];
     for (int t = 0; t < threads; t++) {
         const int64_t p0 = units * t / threads * unit, p1 = units * (t + 1) / threads * unit;
         jobs[t] = (Job){
-            .x = (const float *)(intptr_t)v[0], .ldx = v[1],
+            .x = x, .ldx = ldx,
             .w = (const float *)(intptr_t)v[2],
             .y = (float *)(intptr_t)v[3], .ldy = v[4],
             .m = v[5], .n = n, .k = v[7],
             .p0 = p0, .p1 = p1 < panels ? p1 : panels,
             .gated = v[9] != 0,
             .bmax = (float *)(intptr_t)v[10],
-            .wide_min = cpu_has_avx512() && v[11] > 0 ? v[11] : 0,
+            .wide_min = wide_min,
+            .chunk_max = cpu_has_avx512vl() && v[11] > 0 ? TR : MR,
         };
     }
     int failed = 0;
@@ -1506,6 +1563,7 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (started[t] && pthread_join(ids[t], NULL) != 0) failed = 1;
     }
     Py_END_ALLOW_THREADS
+    free(x_copy);
     if (failed) {
         PyErr_SetString(PyExc_RuntimeError, "skinny gemm: a worker thread could not be joined");
         return NULL;

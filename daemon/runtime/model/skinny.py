@@ -8,10 +8,20 @@ prepacked 44.7 / 69.8 / 80.5 ms, MKL `F.linear` 38.1 / 112 / 120 ms, this kernel
 38.4 ms, where one read of the weights takes 25.7 ms; at 144 rows (a prefill) 466 ms against
 oneDNN's 459. It streams each weight once per block of up to 96 rows, prefetching ahead.
 
+Where the CPU has AVX-512VL, a register block holds up to 14 rows (the same 256-bit FMAs,
+in 32 registers): a batch-1 verify of 6 to 13 drafts streams each panel once instead of twice.
+On a 2-core AMD EPYC (Zen 4, AVX-512), same bench, one thread, one read of the weights 10.3-11.1
+ms: 1 / 5 / 9 / 14 rows 10.8 / 13.0 / 14.7 / 24.2 ms (oneDNN 18.5 / 19.5 / 27.1 / 36.5; with
+blocks of 6 rows and the AVX-512 path from 8 rows, stop 43's kernel: 12.9 / 14.3 / 20.4 /
+26.8). Past ~8 rows a pass is bound by the FMAs there (two 256-bit FMAs a cycle at 3.65 GHz
+against ~30 GB/s: 9 rows cost 9 cycles a 64-byte line, the memory brings one every ~7.6).
+
 Past a few dozen rows (a prefill; a verify pass of many sequences) a pass is bound by the
 multiply-adds, and there the AVX2 register block tops out near 20 flops a cycle. On a CPU
 with AVX-512F a block of WIDE_MIN_ROWS rows or more takes the C source's AVX-512 path (x
-packed once per block, 12 rows x 2 panels in 24 zmm registers). Measured on a 2-core Intel
+packed once per block, 12 rows x 2 panels in 24 zmm registers): on the Zen 4 above, from 15
+rows (below, one tall block is as fast or faster: 9 rows 14.0 against 19.8; 24 rows 38.0 tall
+against 40.6; 144 rows 310 against 236). Measured on a 2-core Intel
 Xeon (Cascade Lake, AVX-512) with the same bench, one thread, ms per pass, AVX2 path /
 AVX-512 path / oneDNN: 9 rows 32.2 / 31.6 / 40.3, 16 rows 47.4 / 39.5 / 53.2, 24 rows
 69.7 / 47.9 / 68.0, 48 rows 134 / 86.3 / 113, 96 rows 278 / 169 / 197, 144 rows 414 / 255 /
@@ -35,7 +45,8 @@ from daemon.runtime.model.native import kernels
 
 PANEL = 16  # output columns per panel (NR in the C source)
 MIN_THREAD_BYTES = 4 << 20  # a weight under this runs on one thread: a thread costs ~20 us
-WIDE_MIN_ROWS = 8  # a block of at least this many rows takes the AVX-512 path where it runs
+WIDE_MIN_ROWS = 15  # a block of at least this many rows takes the AVX-512 path where it runs
+# (below it, blocks of up to 14 rows where the CPU has AVX-512VL; see the docstring)
 WIDE_ENV = "SPECCTL_AVX512"  # "0": the AVX2 path for every row count (before/after figures)
 
 
