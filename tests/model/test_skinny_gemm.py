@@ -30,9 +30,9 @@ def _cpu_flags() -> set[str]:
 
 @pytest.fixture(autouse=True, params=["default", "avx2", "avx512"])
 def row_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs three ways: the shipped threshold (AVX-512 from WIDE_MIN_ROWS rows
-    where the CPU has it), the AVX2 path for every row count, the AVX-512 path for every row
-    count (the same as AVX2 where the CPU lacks it)."""
+    """Every test runs three ways: the shipped threshold (AVX-512 from WIDE_MIN_ROWS rows, or
+    WIDE_MIN_ROWS_SPLIT_512, where the CPU has it), the AVX2 path for every row count, the
+    AVX-512 path for every row count (the same as AVX2 where the CPU lacks it)."""
     value = {"default": None, "avx2": "0", "avx512": "1"}[request.param]
     if value is None:
         monkeypatch.delenv(skinny.WIDE_ENV, raising=False)
@@ -65,6 +65,45 @@ def test_a_bad_row_threshold_is_a_clear_error(value: str, monkeypatch: pytest.Mo
         skinny.wide_min_rows()
 
 
+_CPUINFO = """processor	: 0
+vendor_id	: {vendor}
+cpu family	: {family}
+model		: 17
+flags		: fpu avx2 fma {avx512}
+
+processor	: 1
+vendor_id	: GenuineIntel
+"""
+
+
+@pytest.mark.parametrize(
+    "vendor,family,avx512,splits",
+    [
+        ("AuthenticAMD", 25, "avx512f avx512vl", True),  # Zen 4
+        ("AuthenticAMD", 26, "avx512f avx512vl", False),  # Zen 5: 512-bit units
+        ("AuthenticAMD", 25, "", False),  # Zen 3: no AVX-512
+        ("GenuineIntel", 6, "avx512f avx512vl", False),
+    ],
+)
+def test_which_cpus_split_512_bit_operations(
+    vendor: str, family: int, avx512: str, splits: bool
+) -> None:
+    """Zen 4 runs a 512-bit FMA on two 256-bit halves, so the AVX-512 path starts at 64 rows
+    there (WIDE_MIN_ROWS_SPLIT_512) rather than 15; only the first processor's block counts."""
+    text = _CPUINFO.format(vendor=vendor, family=family, avx512=avx512)
+    assert skinny.splits_512bit_ops(text) is splits
+
+
+def test_the_default_threshold_follows_this_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(skinny.WIDE_ENV, raising=False)
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text() if cpuinfo.is_file() else ""
+    want = (
+        skinny.WIDE_MIN_ROWS_SPLIT_512 if skinny.splits_512bit_ops(text) else skinny.WIDE_MIN_ROWS
+    )
+    assert skinny.wide_min_rows() == want
+
+
 @pytestmark_kernel
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("rows", [8, 12, 13, 24, 97, 200])
@@ -87,7 +126,7 @@ def test_both_paths_give_the_same_bits(
 
 @pytestmark_kernel
 @pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("rows", [7, 9, 14, 15])
+@pytest.mark.parametrize("rows", [7, 9, 14, 15, 40])
 def test_tall_blocks_give_the_same_bits(
     gated: bool, rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

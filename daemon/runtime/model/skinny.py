@@ -19,9 +19,10 @@ against ~30 GB/s: 9 rows cost 9 cycles a 64-byte line, the memory brings one eve
 Past a few dozen rows (a prefill; a verify pass of many sequences) a pass is bound by the
 multiply-adds, and there the AVX2 register block tops out near 20 flops a cycle. On a CPU
 with AVX-512F a block of WIDE_MIN_ROWS rows or more takes the C source's AVX-512 path (x
-packed once per block, 12 rows x 2 panels in 24 zmm registers): on the Zen 4 above, from 15
-rows (below, one tall block is as fast or faster: 9 rows 14.0 against 19.8; 24 rows 38.0 tall
-against 40.6; 144 rows 310 against 236). Measured on a 2-core Intel
+packed once per block, 12 rows x 2 panels in 24 zmm registers): from 15 rows, or from 64 on a
+CPU that runs 512-bit FMAs as two halves, like the Zen 4 above, where tall blocks are as fast
+or faster up to there (9 rows 14.0 against 19.8; 24 rows 38.4 against 41.3; 96 rows 166
+against 152). Measured on a 2-core Intel
 Xeon (Cascade Lake, AVX-512) with the same bench, one thread, ms per pass, AVX2 path /
 AVX-512 path / oneDNN: 9 rows 32.2 / 31.6 / 40.3, 16 rows 47.4 / 39.5 / 53.2, 24 rows
 69.7 / 47.9 / 68.0, 48 rows 134 / 86.3 / 113, 96 rows 278 / 169 / 197, 144 rows 414 / 255 /
@@ -36,7 +37,9 @@ Built here with torch, on transparent huge pages where the system allows (huge_p
 stream through 300 MB crosses 512 times fewer page boundaries); the C side only reads it.
 """
 
+import functools
 import os
+from pathlib import Path
 
 import torch
 
@@ -47,15 +50,47 @@ PANEL = 16  # output columns per panel (NR in the C source)
 MIN_THREAD_BYTES = 4 << 20  # a weight under this runs on one thread: a thread costs ~20 us
 WIDE_MIN_ROWS = 15  # a block of at least this many rows takes the AVX-512 path where it runs
 # (below it, blocks of up to 14 rows where the CPU has AVX-512VL; see the docstring)
+# ... on a CPU that runs a 512-bit FMA as two 256-bit halves (AMD Zen 4), where the AVX-512
+# path has no more multiply-adds a cycle to give: measured there (wide MLPs, one thread, ms,
+# tall blocks / AVX-512 path) 16 rows 27.9 / 30.1, 32 rows 52.9 / 55.1, 48 rows 76.6 / 82.8,
+# 64 rows 104.3 / 105.8, 96 rows 166.0 / 152.3
+WIDE_MIN_ROWS_SPLIT_512 = 64
 WIDE_ENV = "SPECCTL_AVX512"  # "0": the AVX2 path for every row count (before/after figures)
 
 
+def splits_512bit_ops(cpuinfo: str) -> bool:
+    """Whether /proc/cpuinfo's text describes a CPU with AVX-512 on 256-bit units: AMD
+    family 25 (0x19, Zen 4; Zen 5 is 26, with 512-bit units)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block describes them all
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return (
+        fields.get("vendor_id") == "AuthenticAMD"
+        and fields.get("cpu family") == "25"
+        and "avx512f" in fields.get("flags", "").split()
+    )
+
+
+@functools.cache
+def default_wide_min_rows() -> int:
+    """WIDE_MIN_ROWS, or WIDE_MIN_ROWS_SPLIT_512 where the CPU splits 512-bit operations."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return WIDE_MIN_ROWS
+    return WIDE_MIN_ROWS_SPLIT_512 if splits_512bit_ops(cpuinfo) else WIDE_MIN_ROWS
+
+
 def wide_min_rows() -> int:
-    """The fewest rows of a block that the AVX-512 path takes (0: never): WIDE_MIN_ROWS,
-    unless SPECCTL_AVX512 is "0" (never) or a number (that many rows; tests force 1)."""
+    """The fewest rows of a block that the AVX-512 path takes (0: never):
+    default_wide_min_rows(), unless SPECCTL_AVX512 is "0" (never) or a number (that many rows;
+    tests force 1)."""
     value = os.environ.get(WIDE_ENV, "").strip()
     if not value:
-        return WIDE_MIN_ROWS
+        return default_wide_min_rows()
     try:
         rows = int(value)
     except ValueError:
