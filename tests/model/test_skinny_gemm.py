@@ -106,41 +106,27 @@ def test_the_default_threshold_follows_this_cpu(monkeypatch: pytest.MonkeyPatch)
 
 @pytestmark_kernel
 @pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("rows", [8, 12, 13, 24, 97, 200])
-def test_both_paths_give_the_same_bits(
-    gated: bool, rows: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("rows", [7, 8, 9, 12, 13, 14, 15, 24, 40, 97, 200])
+@pytest.mark.parametrize("path", ["1", None])
+def test_every_path_gives_the_same_bits(
+    gated: bool, rows: int, path: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both paths add x_k w_k into each output in k order with one FMA a step, so they agree
-    to the bit: a row's greedy token cannot depend on how many rows share its pass (a verify
-    pass of many sequences takes the AVX-512 path, one decode step the AVX2 one)."""
+    """Every path adds x_k w_k into each output in k order with one FMA a step, so they agree
+    to the bit with blocks of at most 6 rows (SPECCTL_AVX512=0): the AVX-512 path for every
+    row count ("1"), and the shipped thresholds (None: one tall block of up to 14 rows where
+    the CPU has AVX-512VL, the AVX-512 path from 15 or 64 rows). A row's greedy token cannot
+    depend on how many rows share its pass."""
     hidden, out_f = 300, 16 * 5 + 3  # K past two K blocks of 128, an odd and partial panel
     weight = _weight(2 * out_f if gated else out_f, hidden, seed=rows)
     packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
     run = skinny.gated_linear if gated else skinny.linear
     x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(rows))
     monkeypatch.setenv(skinny.WIDE_ENV, "0")
-    avx2 = run(x, packed, out_f)
-    monkeypatch.setenv(skinny.WIDE_ENV, "1")
-    assert torch.equal(run(x, packed, out_f), avx2)
-
-
-@pytestmark_kernel
-@pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("rows", [7, 9, 14, 15, 40])
-def test_tall_blocks_give_the_same_bits(
-    gated: bool, rows: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Where the CPU has AVX-512VL, 7 to 14 rows take one register block of up to 14 rows
-    (the shipped threshold); with SPECCTL_AVX512=0 they take blocks of at most 6: the same
-    sums in the same order, so the same bits."""
-    hidden, out_f = 300, 16 * 5 + 3
-    weight = _weight(2 * out_f if gated else out_f, hidden, seed=rows)
-    packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
-    run = skinny.gated_linear if gated else skinny.linear
-    x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(rows))
-    monkeypatch.setenv(skinny.WIDE_ENV, "0")
     six_row_blocks = run(x, packed, out_f)
-    monkeypatch.delenv(skinny.WIDE_ENV)
+    if path is None:
+        monkeypatch.delenv(skinny.WIDE_ENV)
+    else:
+        monkeypatch.setenv(skinny.WIDE_ENV, path)
     assert torch.equal(run(x, packed, out_f), six_row_blocks)
 
 
