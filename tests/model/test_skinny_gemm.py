@@ -133,11 +133,12 @@ def test_every_path_gives_the_same_bits(
 @pytestmark_kernel
 @pytest.mark.parametrize("rows", [6, 7, 10, 14, 20])
 @pytest.mark.parametrize("stride", [1024, 2048, 1040])
-def test_rows_4_kb_apart(rows: int, stride: int) -> None:
+@pytest.mark.parametrize("in_f", [1000, 1008])  # 1008 + 16: 4 KB again, so one line more
+def test_rows_4_kb_apart(rows: int, stride: int, in_f: int) -> None:
     """Rows a multiple of 4 KB apart (an MLP's down projection reads the [rows, 16384]
     activation) are copied further apart before a block of more than 6 of them runs (their
     lines would share L1 sets): the product and each row's bits do not change."""
-    in_f, out_f = 1000, 40
+    out_f = 40
     weight = _weight(out_f, in_f, seed=stride)
     packed = skinny.pack(weight)
     base = torch.randn(rows, stride, generator=torch.Generator().manual_seed(rows))

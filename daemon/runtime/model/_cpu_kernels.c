@@ -1527,7 +1527,9 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t ldx = v[1];
     float *x_copy = NULL;
     if (v[5] > MR && (wide_min == 0 || v[5] < wide_min) && ldx % 1024 == 0) {
-        const int64_t stride = v[7] + 16;
+        /* K rounded up to whole lines, then one line more where that is 4 KB-aligned again */
+        const int64_t lines = (v[7] + 15) / 16 * 16;
+        const int64_t stride = lines % 1024 == 0 ? lines + 16 : lines;
         x_copy = aligned_alloc(64, (size_t)(v[5] * stride * 4 + 63) / 64 * 64);
         if (x_copy) {
             for (int64_t i = 0; i < v[5]; i++) memcpy(x_copy + i * stride, x + i * ldx, v[7] * 4);

@@ -21,8 +21,8 @@ multiply-adds, and there the AVX2 register block tops out near 20 flops a cycle.
 with AVX-512F a block of WIDE_MIN_ROWS rows or more takes the C source's AVX-512 path (x
 packed once per block, 12 rows x 2 panels in 24 zmm registers): from 15 rows, or from 64 on a
 CPU that runs 512-bit FMAs as two halves, like the Zen 4 above, where tall blocks are as fast
-or faster up to there (9 rows 14.0 against 19.8; 24 rows 38.4 against 41.3; 96 rows 166
-against 152). Measured on a 2-core Intel
+or faster up to there (ms, tall / AVX-512: 9 rows 14.0 / 19.8, 16 rows 27.9 / 30.1, 48 rows
+76.6 / 82.8, 64 rows 104.3 / 105.8, 96 rows 166.0 / 152.3). Measured on a 2-core Intel
 Xeon (Cascade Lake, AVX-512) with the same bench, one thread, ms per pass, AVX2 path /
 AVX-512 path / oneDNN: 9 rows 32.2 / 31.6 / 40.3, 16 rows 47.4 / 39.5 / 53.2, 24 rows
 69.7 / 47.9 / 68.0, 48 rows 134 / 86.3 / 113, 96 rows 278 / 169 / 197, 144 rows 414 / 255 /
@@ -50,10 +50,8 @@ PANEL = 16  # output columns per panel (NR in the C source)
 MIN_THREAD_BYTES = 4 << 20  # a weight under this runs on one thread: a thread costs ~20 us
 WIDE_MIN_ROWS = 15  # a block of at least this many rows takes the AVX-512 path where it runs
 # (below it, blocks of up to 14 rows where the CPU has AVX-512VL; see the docstring)
-# ... on a CPU that runs a 512-bit FMA as two 256-bit halves (AMD Zen 4), where the AVX-512
-# path has no more multiply-adds a cycle to give: measured there (wide MLPs, one thread, ms,
-# tall blocks / AVX-512 path) 16 rows 27.9 / 30.1, 32 rows 52.9 / 55.1, 48 rows 76.6 / 82.8,
-# 64 rows 104.3 / 105.8, 96 rows 166.0 / 152.3
+# ... where the CPU runs a 512-bit FMA as two 256-bit halves (AMD Zen 4): the AVX-512 path has
+# no more multiply-adds a cycle to give there (the docstring has the figures)
 WIDE_MIN_ROWS_SPLIT_512 = 64
 WIDE_ENV = "SPECCTL_AVX512"  # "0": the AVX2 path for every row count (before/after figures)
 
