@@ -142,7 +142,7 @@ def test_rows_4_kb_apart(rows: int, stride: int, in_f: int) -> None:
     weight = _weight(out_f, in_f, seed=stride)
     packed = skinny.pack(weight)
     base = torch.randn(rows, stride, generator=torch.Generator().manual_seed(rows))
-    x = base[:, :in_f]  # [rows, 1000] at a stride of `stride` floats
+    x = base[:, :in_f]  # [rows, in_f] at a stride of `stride` floats
     got = skinny.linear(x, packed, out_f)
     torch.testing.assert_close(got, F.linear(x, weight), rtol=1e-4, atol=1e-4)
     alone = torch.cat([skinny.linear(x[i : i + 1], packed, out_f) for i in range(rows)])
