@@ -149,6 +149,22 @@ def test_rows_4_kb_apart(rows: int, stride: int, in_f: int) -> None:
     assert torch.equal(got, alone)
 
 
+@pytestmark_kernel
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7])
+def test_rows_longer_than_l1(rows: int) -> None:
+    """A block of 2-6 rows whose x leaves L1 over a panel (K = 8192: 32 KB a row) streams
+    the weights non-temporally (a prefetch: speed only, `bench.linear_bench` measures it); the
+    product and each row's bits are those of any other block."""
+    in_f, out_f = 8192, 24
+    weight = _weight(out_f, in_f, seed=rows)
+    packed = skinny.pack(weight)
+    x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows))
+    got = skinny.linear(x, packed, out_f)
+    torch.testing.assert_close(got, F.linear(x, weight), rtol=1e-4, atol=1e-4)
+    alone = torch.cat([skinny.linear(x[i : i + 1], packed, out_f) for i in range(rows)])
+    assert torch.equal(got, alone)
+
+
 def _weight(out_f: int, in_f: int, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(out_f, in_f, generator=gen) * in_f**-0.5

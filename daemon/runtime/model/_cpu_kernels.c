@@ -28,12 +28,18 @@
  * chunk holds up to TR = 14 rows (32 registers), else MR = 6. Software prefetch: several
  * chunks each prefetch a share of the next block, so that memory stays busy while a block's
  * later chunks compute from L1; one chunk of FAR_MIN_ROWS rows or more prefetches FAR_DIST
- * lines (16 KB) ahead, and one of fewer rows leaves it to the hardware. Measured on a Zen 4
- * EPYC, one thread, the wide bench target's MLPs (302 MB; a plain read of them: 10.3 ms),
- * ms per pass at 1 / 4 / 7 / 9 rows: 16 lines ahead for every chunk 12.9 / 14.0 / 15.6 /
- * 20.4 (9 rows: 5 + 4), no prefetch 10.6 / 13.7 / 18.0 / 21.9, this 10.1-11.2 / 12.8-13.7 /
- * 12.0-13.5 / 14.0-14.3 (9 rows: one chunk). Past ~8 rows a pass is bound by the FMAs, not
- * the memory: 9 rows take 9 cycles a 64-byte line, the memory delivers one every ~7.6.
+ * lines (16 KB) ahead, and one of fewer rows leaves it to the hardware; but one chunk of 2 to
+ * NTA_MAX_ROWS rows whose x leaves L1 over a panel (a down projection: K = 16384, 64 KB a
+ * row) prefetches NTA_DIST lines ahead non-temporally, so that the weights stream past L2 and
+ * x stays there (they evicted it, and x came from L3). Measured on a Zen 4 EPYC, one thread,
+ * the wide bench target's MLPs (302 MB; a plain read of them: 10.3 ms), ms per pass at 1 / 4
+ * / 7 / 9 rows: 16 lines ahead for every chunk 12.9 / 14.0 / 15.6 / 20.4 (9 rows: 5 + 4), no
+ * prefetch 10.6 / 13.7 / 18.0 / 21.9, far only 10.1-11.2 / 12.8-13.7 / 12.0-13.5 / 14.0-14.3
+ * (9 rows: one chunk); and interleaved in one process, far only / with the non-temporal
+ * stream at 2 / 3 / 4 / 5 rows: 11.6-11.8 / 12.1-12.3 / 12.8-13.4 / 13.2-13.4 against
+ * 10.4-10.5 / 10.6-10.7 / 11.2-11.5 / 12.5-12.6 (the down projections alone, 200 MB: 9.5-10.7
+ * against 7.1-7.9 at 2-5 rows). Past ~8 rows a pass is bound by the FMAs, not the memory: 9
+ * rows take 9 cycles a 64-byte line, the memory delivers one every ~7.6.
  *
  * Many rows on AVX-512 (a block of at least the caller's wide_min rows, where the CPU has
  * AVX-512F): the block's x packed once, then two panels at a time in zmm registers (the
@@ -64,6 +70,9 @@
 #define MB 96         /* rows per block: the weights are streamed once per block */
 #define FAR_DIST 256  /* lines (16 KB) a single chunk of FAR_MIN_ROWS or more prefetches ahead */
 #define FAR_MIN_ROWS 5
+#define NTA_DIST 128  /* lines (8 KB) ... and one of 2 to NTA_MAX_ROWS whose x leaves L1 */
+#define NTA_MAX_ROWS 6
+#define X_L1_BYTES (32 << 10)
 #define MAX_THREADS 64
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
@@ -113,12 +122,13 @@ typedef struct {
 #define MICRO_FOR(TARGET, NAME, ROWS)                                                       \
     __attribute__((target(TARGET))) static void NAME(                                       \
         const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc,     \
-        int load, const float *pf, int pf_shift, const float *far)                          \
+        int load, const float *pf, int pf_shift, const float *far, const float *nta)        \
     {                                                                                       \
         ROWS(ROW_INIT)                                                                      \
         for (int64_t k = 0; k < kn; k++) {                                                  \
             if (pf) _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);   \
             if (far) _mm_prefetch((const char *)(far + k * NR), _MM_HINT_T1);               \
+            if (nta) _mm_prefetch((const char *)(nta + k * NR), _MM_HINT_NTA);              \
             const __m256 w0 = _mm256_loadu_ps(w + k * NR);                                  \
             const __m256 w1 = _mm256_loadu_ps(w + k * NR + 8);                              \
             ROWS(ROW_FMA)                                                                   \
@@ -155,7 +165,7 @@ TALL(tall13, ROWS13)
 TALL(tall14, ROWS14)
 
 typedef void (*MicroFn)(const float *, int64_t, const float *, int64_t, float *, int64_t, int,
-                        const float *, int, const float *);
+                        const float *, int, const float *, const float *);
 static const MicroFn MICROS[TR + 1] = {NULL,   micro1, micro2, micro3, micro4, micro5,
                                        micro6, tall7,  tall8,  tall9,  tall10, tall11,
                                        tall12, tall13, tall14};
@@ -236,11 +246,17 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
             const int mr = (int)(base + (chunk < extra));
             /* the weights are one contiguous stream: one chunk of FAR_MIN_ROWS or more
              * prefetches FAR_DIST lines ahead, several each prefetch their share of the next
-             * block */
+             * block (the header comment has the figures) */
             const float *pf = num_chunks == 1 ? NULL : wb + (kn + chunk * (kn >> shift)) * NR;
-            const float *far = num_chunks == 1 && mr >= FAR_MIN_ROWS ? wb + FAR_DIST * NR : NULL;
+            /* one chunk whose x leaves L1 over a panel (a down projection's 16384 columns)
+             * keeps it in L2: the weights come in non-temporal, past L2 */
+            const int x_in_l2 = num_chunks == 1 && mr >= 2 && mr <= NTA_MAX_ROWS &&
+                                mr * K * 4 > X_L1_BYTES;
+            const float *nta = x_in_l2 ? wb + NTA_DIST * NR : NULL;
+            const float *far =
+                num_chunks == 1 && !x_in_l2 && mr >= FAR_MIN_ROWS ? wb + FAR_DIST * NR : NULL;
             MICROS[mr](job->x + (m0 + i) * job->ldx + k0, job->ldx, wb, kn, c + i * ldc, ldc,
-                       k0 > 0, pf, shift, far);
+                       k0 > 0, pf, shift, far, nta);
             i += mr;
         }
     }
