@@ -27,19 +27,29 @@
  * the whole K is one block: the sums never leave the registers. Where the CPU has AVX-512VL a
  * chunk holds up to TR = 14 rows (32 registers), else MR = 6. Software prefetch: several
  * chunks each prefetch a share of the next block, so that memory stays busy while a block's
- * later chunks compute from L1; one chunk of FAR_MIN_ROWS rows or more prefetches FAR_DIST
- * lines (16 KB) ahead, and one of fewer rows leaves it to the hardware; but one chunk of 2 to
- * NTA_MAX_ROWS rows whose x leaves L1 over a panel (a down projection: K = 16384, 64 KB a
- * row) prefetches NTA_DIST lines ahead non-temporally, so that the weights stream past L2 and
- * x stays there (they evicted it, and x came from L3). Measured on a Zen 4 EPYC, one thread,
- * the wide bench target's MLPs (302 MB; a plain read of them: 10.3 ms), ms per pass at 1 / 4
- * / 7 / 9 rows: 16 lines ahead for every chunk 12.9 / 14.0 / 15.6 / 20.4 (9 rows: 5 + 4), no
- * prefetch 10.6 / 13.7 / 18.0 / 21.9, far only 10.1-11.2 / 12.8-13.7 / 12.0-13.5 / 14.0-14.3
- * (9 rows: one chunk); and interleaved in one process, far only / with the non-temporal
- * stream at 2 / 3 / 4 / 5 rows: 11.6-11.8 / 12.1-12.3 / 12.8-13.4 / 13.2-13.4 against
- * 10.4-10.5 / 10.6-10.7 / 11.2-11.5 / 12.5-12.6 (the down projections alone, 200 MB: 9.5-10.7
- * against 7.1-7.9 at 2-5 rows). Past ~8 rows a pass is bound by the FMAs, not the memory: 9
- * rows take 9 cycles a 64-byte line, the memory delivers one every ~7.6.
+ * later chunks compute from L1. One chunk (single_prefetch) over weights larger than L2: 1 row
+ * leaves it to the hardware; 2 to NTA_MAX_ROWS rows where a panel fills 5/8 of L2 (a down
+ * projection, K >= 10240 with 1 MB of L2; and 2 rows whose x leaves L1) prefetch NTA_DIST
+ * lines ahead non-temporally, so that the weights stream past L2 and x stays there (else they
+ * evict it and x comes from L3); else 5 rows or more, and 3 or 4 where a panel is longer than
+ * FAR_DIST lines, prefetch FAR_DIST lines (16 KB) ahead into L2, 3 to 5 rows in a block of six
+ * (micro5_as6 and its kin: the extra rows repeat the last, their sums dropped). Weights within
+ * L2 take no software prefetch. Measured on a Zen 4 EPYC, one thread, the wide bench target's
+ * MLPs (302 MB; a plain read of them: 10.3 ms), ms per pass at 1 / 4 / 7 / 9 rows: 16 lines
+ * ahead for every chunk 12.9 / 14.0 / 15.6 / 20.4 (9 rows: 5 + 4), no prefetch 10.6 / 13.7 /
+ * 18.0 / 21.9, far only 10.1-11.2 / 12.8-13.7 / 12.0-13.5 / 14.0-14.3 (9 rows: one chunk);
+ * interleaved in one process, far only / with the non-temporal stream at 2 / 3 / 4 / 5 rows:
+ * 11.6-11.8 / 12.1-12.3 / 12.8-13.4 / 13.2-13.4 against 10.4-10.5 / 10.6-10.7 / 11.2-11.5 /
+ * 12.5-12.6 (the down projections alone, 200 MB: 9.5-10.7 against 7.1-7.9 at 2-5 rows). Over
+ * 200 MB of weights (12 x 16 MB) with K from 256 to 16384, ms, interleaved: the non-temporal
+ * stream wins at 2 rows whose x leaves L1 (7.5-7.7) and at 2-5 rows from K = 10240 (7.5-9.2 against
+ * 8.8-9.4 far), but loses at 3-6 rows for K = 512-8192 (7.5-10.8 against 7.5-8.2 far in a
+ * block of six); far in blocks of their own height 3 / 4 / 5 rows at K = 512-1024 ran
+ * 10.0-10.4 / 10.5-11.4 / 11.1-12.2. One decoder layer of Llama 3 8B's shapes (872 MB) at 4 /
+ * 5 / 6 rows: 42.0 / 45.3 / 47.6 -> 38.3 / 39.0 / 40.2 ms (1 row: 33). Why a block of six is
+ * faster is not known (no performance counters there): it costs 6 cycles of FMAs a 64-byte
+ * line against the memory's ~7.6, so it may pace its loads near the memory's rate. Past ~8
+ * rows a pass is bound by the FMAs, not the memory: 9 rows take 9 cycles a 64-byte line.
  *
  * Many rows on AVX-512 (a block of at least the caller's wide_min rows, where the CPU has
  * AVX-512F): the block's x packed once, then two panels at a time in zmm registers (the
@@ -55,6 +65,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define NATIVE_X86 1
@@ -68,10 +79,10 @@
 #define KB 64         /* K per block when several row chunks share a panel block (4 KB) */
 #define KB_MANY 256   /* ... and when 8 or more do (a prefill: compute-bound, fewer passes) */
 #define MB 96         /* rows per block: the weights are streamed once per block */
-#define FAR_DIST 256  /* lines (16 KB) a single chunk of FAR_MIN_ROWS or more prefetches ahead */
-#define FAR_MIN_ROWS 5
-#define NTA_DIST 128  /* lines (8 KB) ... and one of 2 to NTA_MAX_ROWS whose x leaves L1 */
+#define FAR_DIST 256  /* lines (16 KB) a single chunk prefetches ahead (single_prefetch) */
+#define NTA_DIST 128  /* lines (8 KB) ... non-temporally */
 #define NTA_MAX_ROWS 6
+#define NTA_L2_EIGHTHS 5 /* ... where a panel takes 5/8 of L2 or more */
 #define X_L1_BYTES (32 << 10)
 #define MAX_THREADS 64
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
@@ -91,6 +102,8 @@ typedef struct {
     float *bmax;      /* NULL, or [M, ceil(n / 64)]: each row's max over every 64 columns */
     int64_t wide_min; /* a row block of at least this many rows takes the AVX-512 path (0: never) */
     int64_t chunk_max; /* rows per register block of the AVX2-width path: MR, or TR (AVX-512VL) */
+    int streamed;      /* this thread's weights exceed L2: they come from memory each pass */
+    int big_panels;    /* a panel takes NTA_L2_EIGHTHS / 8 of L2 or more */
 } Job;
 
 #ifdef NATIVE_X86
@@ -164,36 +177,43 @@ TALL(tall12, ROWS12)
 TALL(tall13, ROWS13)
 TALL(tall14, ROWS14)
 
-/* Five rows in a block of six, the sixth repeating the fifth and its sums dropped: the same
- * bits for the five. A single chunk of 5 rows that prefetches far ran slower than one of 6
- * (the wide target's MLPs, interleaved: 13.0-13.7 against 12.6-13.1 ms; its gate/up product
- * alone 8.8-9.0 against 7.8-8.2), and this form runs as fast as 6 (12.3-12.5 ms). Why is not
- * known (no performance counters on the machine that measured it); the far prefetch is the
- * only path that uses it. */
+/* 3 to 5 rows in a block of six, the rows past the last repeating it and their sums dropped:
+ * the same bits for the rows kept. A single chunk that prefetches far over streamed weights
+ * runs faster so (the header comment has the figures); only that path uses these. */
 #define ROW_FMA_REPEAT(i, FROM)                                                             \
     {                                                                                       \
         const __m256 b = _mm256_broadcast_ss(x + (FROM) * ldx + k);                         \
         s##i##a = _mm256_fmadd_ps(b, w0, s##i##a);                                          \
         s##i##b = _mm256_fmadd_ps(b, w1, s##i##b);                                          \
     }
-__attribute__((target("avx2,fma"))) static void micro5_as6(
-    const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc, int load,
-    const float *pf, int pf_shift, const float *far, const float *nta)
-{
-    ROWS5(ROW_INIT)
-    __m256 s5a = _mm256_setzero_ps(), s5b = _mm256_setzero_ps();
-    for (int64_t k = 0; k < kn; k++) {
-        if (pf) _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);
-        if (far) _mm_prefetch((const char *)(far + k * NR), _MM_HINT_T1);
-        if (nta) _mm_prefetch((const char *)(nta + k * NR), _MM_HINT_NTA);
-        const __m256 w0 = _mm256_loadu_ps(w + k * NR);
-        const __m256 w1 = _mm256_loadu_ps(w + k * NR + 8);
-        ROWS5(ROW_FMA)
-        ROW_FMA_REPEAT(5, 4)
+#define ROW_ZERO(i) __m256 s##i##a = _mm256_setzero_ps(), s##i##b = _mm256_setzero_ps();
+#define ROW_KEEP(i) __asm__ volatile("" : : "x"(s##i##a), "x"(s##i##b)); /* not stored */
+#define AS_SIX(NAME, ROWS, EXTRA_ZERO, EXTRA_FMA, EXTRA_KEEP)                               \
+    __attribute__((target("avx2,fma"))) static void NAME(                                   \
+        const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc,     \
+        int load, const float *far)                                                         \
+    {                                                                                       \
+        ROWS(ROW_INIT)                                                                      \
+        EXTRA_ZERO                                                                          \
+        for (int64_t k = 0; k < kn; k++) {                                                  \
+            _mm_prefetch((const char *)(far + k * NR), _MM_HINT_T1);                        \
+            const __m256 w0 = _mm256_loadu_ps(w + k * NR);                                  \
+            const __m256 w1 = _mm256_loadu_ps(w + k * NR + 8);                              \
+            ROWS(ROW_FMA)                                                                   \
+            EXTRA_FMA                                                                       \
+        }                                                                                   \
+        ROWS(ROW_STORE)                                                                     \
+        EXTRA_KEEP                                                                          \
     }
-    ROWS5(ROW_STORE)
-    __asm__ volatile("" : : "x"(s5a), "x"(s5b)); /* the sixth row's sums: kept, not stored */
-}
+AS_SIX(micro5_as6, ROWS5, ROW_ZERO(5), ROW_FMA_REPEAT(5, 4), ROW_KEEP(5))
+AS_SIX(micro4_as6, ROWS4, ROW_ZERO(4) ROW_ZERO(5), ROW_FMA_REPEAT(4, 3) ROW_FMA_REPEAT(5, 3),
+       ROW_KEEP(4) ROW_KEEP(5))
+AS_SIX(micro3_as6, ROWS3, ROW_ZERO(3) ROW_ZERO(4) ROW_ZERO(5),
+       ROW_FMA_REPEAT(3, 2) ROW_FMA_REPEAT(4, 2) ROW_FMA_REPEAT(5, 2),
+       ROW_KEEP(3) ROW_KEEP(4) ROW_KEEP(5))
+typedef void (*AsSixFn)(const float *, int64_t, const float *, int64_t, float *, int64_t, int,
+                        const float *);
+static const AsSixFn AS_SIXES[6] = {NULL, NULL, NULL, micro3_as6, micro4_as6, micro5_as6};
 
 typedef void (*MicroFn)(const float *, int64_t, const float *, int64_t, float *, int64_t, int,
                         const float *, int, const float *, const float *);
@@ -256,6 +276,36 @@ static void copy_tile(const float *tile, int64_t rows, float *dst, int64_t ldy, 
     for (int64_t i = 0; i < rows; i++) memcpy(dst + i * ldy, tile + i * NR, (size_t)width * 4);
 }
 
+/* The last-level-but-one cache (L2) in bytes; 1 MB where the C library cannot tell. */
+static int64_t l2_bytes(void)
+{
+    static int64_t cached = 0; /* a race writes the same value */
+    if (cached == 0) {
+        const long got = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        cached = got > 0 ? got : 1 << 20;
+    }
+    return cached;
+}
+
+typedef enum { PF_HARDWARE, PF_FAR, PF_NTA } Prefetch;
+
+/* The software prefetch of a single chunk of mr rows over panels of K steps (the header
+ * comment has the figures). Weights that fit in L2 (a small drafter's) take none: the hardware
+ * keeps up there, and a block of six's extra FMAs would cost. Streamed from memory: none for
+ * 1 row; non-temporal for 2 to NTA_MAX_ROWS rows where a panel takes NTA_L2_EIGHTHS / 8 of L2
+ * or more (a down projection: K >= 10240 with 1 MB of L2; x then stays in L2), and for 2 rows
+ * whose x leaves L1; far for 5 rows or more, and for 3 or 4 where a panel is longer than
+ * FAR_DIST lines; else none. */
+static Prefetch single_prefetch(const Job *job, int64_t mr)
+{
+    if (mr < 2 || !job->streamed) return PF_HARDWARE;
+    if (mr <= NTA_MAX_ROWS && (job->big_panels || (mr == 2 && mr * job->k * 4 > X_L1_BYTES))) {
+        return PF_NTA;
+    }
+    if (mr >= 5 || (mr >= 3 && job->k > FAR_DIST)) return PF_FAR;
+    return PF_HARDWARE;
+}
+
 /* The rows [m0, m0 + rows) times one panel wp, into c (ldc floats a row). */
 __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, const float *wp,
                                                              int64_t m0, int64_t rows, float *c,
@@ -275,20 +325,18 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
         const float *wb = wp + k0 * NR;
         for (int64_t chunk = 0, i = 0; chunk < num_chunks; chunk++) {
             const int mr = (int)(base + (chunk < extra));
-            /* the weights are one contiguous stream: one chunk of FAR_MIN_ROWS or more
-             * prefetches FAR_DIST lines ahead, several each prefetch their share of the next
-             * block (the header comment has the figures) */
+            /* the weights are one contiguous stream: several chunks each prefetch their
+             * share of the next block; one chunk as single_prefetch says */
             const float *pf = num_chunks == 1 ? NULL : wb + (kn + chunk * (kn >> shift)) * NR;
-            /* one chunk whose x leaves L1 over a panel (a down projection's 16384 columns)
-             * keeps it in L2: the weights come in non-temporal, past L2 */
-            const int x_in_l2 = num_chunks == 1 && mr >= 2 && mr <= NTA_MAX_ROWS &&
-                                mr * K * 4 > X_L1_BYTES;
-            const float *nta = x_in_l2 ? wb + NTA_DIST * NR : NULL;
-            const float *far =
-                num_chunks == 1 && !x_in_l2 && mr >= FAR_MIN_ROWS ? wb + FAR_DIST * NR : NULL;
-            const MicroFn micro = far && mr == 5 ? micro5_as6 : MICROS[mr];
-            micro(job->x + (m0 + i) * job->ldx + k0, job->ldx, wb, kn, c + i * ldc, ldc,
-                  k0 > 0, pf, shift, far, nta);
+            const Prefetch how = num_chunks == 1 ? single_prefetch(job, mr) : PF_HARDWARE; /* pf */
+            const float *x = job->x + (m0 + i) * job->ldx + k0;
+            if (how == PF_FAR && mr >= 3 && mr < 6) {
+                AS_SIXES[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0, wb + FAR_DIST * NR);
+            } else {
+                MICROS[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0, pf, shift,
+                           how == PF_FAR ? wb + FAR_DIST * NR : NULL,
+                           how == PF_NTA ? wb + NTA_DIST * NR : NULL);
+            }
             i += mr;
         }
     }
@@ -1588,6 +1636,7 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Job jobs[MAX_THREADS];
     for (int t = 0; t < threads; t++) {
         const int64_t p0 = units * t / threads * unit, p1 = units * (t + 1) / threads * unit;
+        const int64_t bytes = ((p1 < panels ? p1 : panels) - p0) * v[7] * NR * 4 * (v[9] ? 2 : 1);
         jobs[t] = (Job){
             .x = x, .ldx = ldx,
             .w = (const float *)(intptr_t)v[2],
@@ -1598,6 +1647,8 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             .bmax = (float *)(intptr_t)v[10],
             .wide_min = wide_min,
             .chunk_max = cpu_has_avx512vl() && v[11] > 0 ? TR : MR,
+            .streamed = bytes > l2_bytes(),
+            .big_panels = v[7] * NR * 4 * 8 >= l2_bytes() * NTA_L2_EIGHTHS,
         };
     }
     int failed = 0;
