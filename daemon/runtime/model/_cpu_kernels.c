@@ -27,29 +27,36 @@
  * the whole K is one block: the sums never leave the registers. Where the CPU has AVX-512VL a
  * chunk holds up to TR = 14 rows (32 registers), else MR = 6. Software prefetch: several
  * chunks each prefetch a share of the next block, so that memory stays busy while a block's
- * later chunks compute from L1. One chunk (single_prefetch) over weights larger than L2: 1 row
- * leaves it to the hardware; 2 to NTA_MAX_ROWS rows where a panel fills 5/8 of L2 (a down
- * projection, K >= 10240 with 1 MB of L2; and 2 rows whose x leaves L1) prefetch NTA_DIST
- * lines ahead non-temporally, so that the weights stream past L2 and x stays there (else they
- * evict it and x comes from L3); else 5 rows or more, and 3 or 4 where a panel is longer than
- * FAR_DIST lines, prefetch FAR_DIST lines (16 KB) ahead into L2, 3 to 5 rows in a block of six
- * (micro5_as6 and its kin: the extra rows repeat the last, their sums dropped). Weights within
- * L2 take no software prefetch. Measured on a Zen 4 EPYC, one thread, the wide bench target's
- * MLPs (302 MB; a plain read of them: 10.3 ms), ms per pass at 1 / 4 / 7 / 9 rows: 16 lines
- * ahead for every chunk 12.9 / 14.0 / 15.6 / 20.4 (9 rows: 5 + 4), no prefetch 10.6 / 13.7 /
- * 18.0 / 21.9, far only 10.1-11.2 / 12.8-13.7 / 12.0-13.5 / 14.0-14.3 (9 rows: one chunk);
- * interleaved in one process, far only / with the non-temporal stream at 2 / 3 / 4 / 5 rows:
- * 11.6-11.8 / 12.1-12.3 / 12.8-13.4 / 13.2-13.4 against 10.4-10.5 / 10.6-10.7 / 11.2-11.5 /
- * 12.5-12.6 (the down projections alone, 200 MB: 9.5-10.7 against 7.1-7.9 at 2-5 rows). Over
- * 200 MB of weights (12 x 16 MB) with K from 256 to 16384, ms, interleaved: the non-temporal
- * stream wins at 2 rows whose x leaves L1 (7.5-7.7) and at 2-5 rows from K = 10240 (7.5-9.2 against
- * 8.8-9.4 far), but loses at 3-6 rows for K = 512-8192 (7.5-10.8 against 7.5-8.2 far in a
- * block of six); far in blocks of their own height 3 / 4 / 5 rows at K = 512-1024 ran
- * 10.0-10.4 / 10.5-11.4 / 11.1-12.2. One decoder layer of Llama 3 8B's shapes (872 MB) at 4 /
- * 5 / 6 rows: 42.0 / 45.3 / 47.6 -> 38.3 / 39.0 / 40.2 ms (1 row: 33). Why a block of six is
- * faster is not known (no performance counters there): it costs 6 cycles of FMAs a 64-byte
- * line against the memory's ~7.6, so it may pace its loads near the memory's rate. Past ~8
- * rows a pass is bound by the FMAs, not the memory: 9 rows take 9 cycles a 64-byte line.
+ * later chunks compute from L1. One chunk (single_prefetch): 1 row leaves it to the
+ * hardware; 2 to NTA_MAX_ROWS rows where a panel fills 5/8 of L2 (a down projection, K >=
+ * 10240 with 1 MB of L2; and 2 rows whose x leaves L1) prefetch NTA_DIST lines ahead
+ * non-temporally, so that the weights stream past L2 and x stays there (else they evict it
+ * and x comes from L3); else 5 rows or more, and 3 or 4 where a panel is longer than FAR_DIST
+ * lines, prefetch FAR_DIST lines (16 KB) ahead into L2, 3 to 5 rows in a block of six
+ * (micro5_as6 and its kin: the extra rows repeat the last, their sums dropped).
+ *
+ * Measured on a Zen 4 EPYC, one thread. The wide bench target's MLPs (302 MB; a plain read of
+ * them: 10.3 ms), ms per pass at 1 / 4 / 7 / 9 rows: 16 lines ahead for every chunk 12.9 /
+ * 14.0 / 15.6 / 20.4 (9 rows: 5 + 4), no prefetch 10.6 / 13.7 / 18.0 / 21.9, far only
+ * 10.1-11.2 / 12.8-13.7 / 12.0-13.5 / 14.0-14.3 (9 rows: one chunk); interleaved in one
+ * process, far only / with the non-temporal stream at 2 / 3 / 4 / 5 rows: 11.6-11.8 /
+ * 12.1-12.3 / 12.8-13.4 / 13.2-13.4 against 10.4-10.5 / 10.6-10.7 / 11.2-11.5 / 12.5-12.6
+ * (the down projections alone, 200 MB: 9.5-10.7 against 7.1-7.9 at 2-5 rows). 200 MB of
+ * weights (12 x 16 MB) with K from 256 to 16384, interleaved: the non-temporal stream wins for
+ * 2 rows whose x leaves L1 (7.5-7.7 ms) and for 2-5 rows from K = 10240 (7.5-9.2 against
+ * 8.8-9.4 far), but loses for 4-6 rows at K = 512-8192 (8.2-10.8 against 7.5-8.6 far in a
+ * block of six); far in blocks of their own height, 3 / 4 / 5 rows at K = 512-1024 took
+ * 10.0-10.4 / 10.5-11.4 / 11.1-12.2 ms (a block of six: 7.5-9.0). Before and after these
+ * rules, interleaved: one decoder layer of Llama 3 8B's shapes (872 MB) at 3 / 4 / 5 / 6 rows
+ * 36.9 / 39.5 / 42.2 / 44.4 -> 36.1 / 35.5 / 36.3 / 36.1 ms (1 row: 29.4-29.8); the narrow
+ * bench target's pass at 3 / 4 / 5 tokens 5.0 / 5.6 / 5.2 -> 4.6 / 4.9 / 4.7 ms (1: 3.9); the
+ * wide one's at 5 tokens 14.3 -> 13.1 (1: 11.1-11.2). Weights that stay in L2 pay for a block
+ * of six's extra FMAs (3-4 rows over 768 KB: 32-33 -> 38 us); the demo drafter's step did not
+ * slow (its GEMMs are a fraction of it). Why a block of six is faster is not known (no
+ * performance counters there): it costs 6 cycles of FMAs a 64-byte line against the memory's
+ * ~7.6, so it may pace its loads near the memory's rate; a CPU whose core streams a line
+ * every 4 cycles would find it FMA-bound. Past ~8 rows a pass is bound by the FMAs, not the
+ * memory: 9 rows take 9 cycles a 64-byte line.
  *
  * Many rows on AVX-512 (a block of at least the caller's wide_min rows, where the CPU has
  * AVX-512F): the block's x packed once, then two panels at a time in zmm registers (the
@@ -102,7 +109,6 @@ typedef struct {
     float *bmax;      /* NULL, or [M, ceil(n / 64)]: each row's max over every 64 columns */
     int64_t wide_min; /* a row block of at least this many rows takes the AVX-512 path (0: never) */
     int64_t chunk_max; /* rows per register block of the AVX2-width path: MR, or TR (AVX-512VL) */
-    int streamed;      /* this thread's weights exceed L2: they come from memory each pass */
     int big_panels;    /* a panel takes NTA_L2_EIGHTHS / 8 of L2 or more */
 } Job;
 
@@ -178,8 +184,8 @@ TALL(tall13, ROWS13)
 TALL(tall14, ROWS14)
 
 /* 3 to 5 rows in a block of six, the rows past the last repeating it and their sums dropped:
- * the same bits for the rows kept. A single chunk that prefetches far over streamed weights
- * runs faster so (the header comment has the figures); only that path uses these. */
+ * the same bits for the rows kept. A single chunk that prefetches far runs faster so (the
+ * header comment has the figures); only that path uses these. */
 #define ROW_FMA_REPEAT(i, FROM)                                                             \
     {                                                                                       \
         const __m256 b = _mm256_broadcast_ss(x + (FROM) * ldx + k);                         \
@@ -289,17 +295,17 @@ static int64_t l2_bytes(void)
 
 typedef enum { PF_HARDWARE, PF_FAR, PF_NTA } Prefetch;
 
-/* The software prefetch of a single chunk of mr rows over panels of K steps (the header
- * comment has the figures). Weights that fit in L2 (a small drafter's) take none: the hardware
- * keeps up there, and a block of six's extra FMAs would cost. Streamed from memory: none for
- * 1 row; non-temporal for 2 to NTA_MAX_ROWS rows where a panel takes NTA_L2_EIGHTHS / 8 of L2
- * or more (a down projection: K >= 10240 with 1 MB of L2; x then stays in L2), and for 2 rows
- * whose x leaves L1; far for 5 rows or more, and for 3 or 4 where a panel is longer than
- * FAR_DIST lines; else none. */
+/* The software prefetch of a single chunk of mr rows (the header comment has the figures):
+ * none for 1 row; non-temporal for 2 to NTA_MAX_ROWS rows where a panel takes
+ * NTA_L2_EIGHTHS / 8 of L2 or more (a down projection: K >= 10240 with 1 MB of L2; x then
+ * stays in L2), and for 2 or 3 rows whose x leaves L1; far for 5 rows or more, and for 3 or 4
+ * where a panel is longer than FAR_DIST lines; else none. Whether the weights come from
+ * memory is not asked: a GEMM's own weights may fit in L2 while the model's do not (the
+ * narrow bench target: 30 layers of 0.3-1.4 MB GEMMs). */
 static Prefetch single_prefetch(const Job *job, int64_t mr)
 {
-    if (mr < 2 || !job->streamed) return PF_HARDWARE;
-    if (mr <= NTA_MAX_ROWS && (job->big_panels || (mr == 2 && mr * job->k * 4 > X_L1_BYTES))) {
+    if (mr < 2) return PF_HARDWARE;
+    if (mr <= NTA_MAX_ROWS && (job->big_panels || (mr <= 3 && mr * job->k * 4 > X_L1_BYTES))) {
         return PF_NTA;
     }
     if (mr >= 5 || (mr >= 3 && job->k > FAR_DIST)) return PF_FAR;
@@ -1636,7 +1642,6 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Job jobs[MAX_THREADS];
     for (int t = 0; t < threads; t++) {
         const int64_t p0 = units * t / threads * unit, p1 = units * (t + 1) / threads * unit;
-        const int64_t bytes = ((p1 < panels ? p1 : panels) - p0) * v[7] * NR * 4 * (v[9] ? 2 : 1);
         jobs[t] = (Job){
             .x = x, .ldx = ldx,
             .w = (const float *)(intptr_t)v[2],
@@ -1647,7 +1652,6 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             .bmax = (float *)(intptr_t)v[10],
             .wide_min = wide_min,
             .chunk_max = cpu_has_avx512vl() && v[11] > 0 ? TR : MR,
-            .streamed = bytes > l2_bytes(),
             .big_panels = v[7] * NR * 4 * 8 >= l2_bytes() * NTA_L2_EIGHTHS,
         };
     }
