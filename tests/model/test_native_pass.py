@@ -113,6 +113,19 @@ def test_the_embedding_gather_takes_the_edges_and_names_an_id_outside_the_vocabu
         assert not NativePass.supports(fast)
 
 
+def test_the_layers_call_names_what_is_wrong() -> None:
+    """`layers` (every decoder layer in one native call) refuses head counts it cannot run and
+    a wrong argument count with a clear error, before it touches any buffer."""
+    module = native.kernels()
+    assert module is not None
+    # 26 integers (table, layers, buffers, sizes), then eps and scale; heads 3 of kv_heads 2
+    sizes = [0, 0, *[0] * 12, 1, 1, 3, 2, 8, 16, 24, 56, 24, 64, 1, 0]
+    with pytest.raises(ValueError, match="layers: bad head counts or sizes"):
+        module.layers(*sizes, 1e-5, 0.125)
+    with pytest.raises(TypeError, match="layers takes 28 arguments, got 27"):
+        module.layers(*sizes, 1e-5)
+
+
 def test_prefills_and_fork_rows_take_the_module_path(llama_dir: Path) -> None:
     long_chunk = ForwardBatch([0], [list(range(NATIVE_MAX_CHUNK + 1))], [0])
     assert not NativePass.accepts(long_chunk)

@@ -95,7 +95,7 @@
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 15 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 16 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -1609,11 +1609,11 @@ static PyObject *available(PyObject *self, PyObject *noargs)
  * [m, ceil(n / 64)], not gated, ldy = n); wide_min: row blocks of at least this many rows take
  * the AVX-512 path where the CPU has it (0: never). The caller (skinny.py) checks shapes,
  * dtypes, layout and availability. */
-static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    long long v[12];
-    if (!int_args(args, nargs, 12, 12, "gemm", v)) return NULL;
 #ifdef NATIVE_X86
+/* gemm's work, v as gemm's arguments (the module doc); no Python calls (the caller may have
+ * released the GIL). 0, or -1 where a worker thread could not be joined. */
+static int gemm_core(const long long *v)
+{
     const int64_t n = v[6], panels = (n + NR - 1) / NR;
     int threads = (int)v[8];
     if (threads < 1) threads = 1;
@@ -1656,7 +1656,6 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         };
     }
     int failed = 0;
-    Py_BEGIN_ALLOW_THREADS
     pthread_t ids[MAX_THREADS];
     int started[MAX_THREADS] = {0};
     for (int t = 1; t < threads; t++) {
@@ -1667,8 +1666,20 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (int t = 1; t < threads; t++) {
         if (started[t] && pthread_join(ids[t], NULL) != 0) failed = 1;
     }
-    Py_END_ALLOW_THREADS
     free(x_copy);
+    return failed ? -1 : 0;
+}
+#endif
+
+static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[12];
+    if (!int_args(args, nargs, 12, 12, "gemm", v)) return NULL;
+#ifdef NATIVE_X86
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = gemm_core(v);
+    Py_END_ALLOW_THREADS
     if (failed) {
         PyErr_SetString(PyExc_RuntimeError, "skinny gemm: a worker thread could not be joined");
         return NULL;
@@ -1681,6 +1692,21 @@ static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* rmsnorm(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, dim, eps): rows of `dim` contiguous floats
  * (x, r, y, s all [rows, dim]); r_ptr 0: no residual; s_ptr 0: the sum is not written. */
+#ifdef NATIVE_X86
+/* rmsnorm's work, v as its first 7 arguments */
+static void rmsnorm_core(const long long *v, float eps)
+{
+    const float *x = (const float *)(intptr_t)v[0], *r = (const float *)(intptr_t)v[1];
+    const float *w = (const float *)(intptr_t)v[2];
+    float *y = (float *)(intptr_t)v[3], *s = (float *)(intptr_t)v[4];
+    const int64_t rows = v[5], dim = v[6];
+    for (int64_t i = 0; i < rows; i++) {
+        rmsnorm_row(x + i * dim, r ? r + i * dim : NULL, w, y + i * dim, s ? s + i * dim : NULL,
+                    dim, eps);
+    }
+}
+#endif
+
 static PyObject *rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     long long v[7];
@@ -1688,14 +1714,7 @@ static PyObject *rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     const double eps = PyFloat_AsDouble(args[7]);
     if (eps == -1.0 && PyErr_Occurred()) return NULL;
 #ifdef NATIVE_X86
-    const float *x = (const float *)(intptr_t)v[0], *r = (const float *)(intptr_t)v[1];
-    const float *w = (const float *)(intptr_t)v[2];
-    float *y = (float *)(intptr_t)v[3], *s = (float *)(intptr_t)v[4];
-    const int64_t rows = v[5], dim = v[6];
-    for (int64_t i = 0; i < rows; i++) {
-        rmsnorm_row(x + i * dim, r ? r + i * dim : NULL, w, y + i * dim, s ? s + i * dim : NULL,
-                    dim, (float)eps);
-    }
+    rmsnorm_core(v, (float)eps);
     Py_RETURN_NONE;
 #else
     return not_built("rmsnorm");
@@ -1743,6 +1762,24 @@ static PyObject *embed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+#ifdef NATIVE_X86
+static int attn_sizes_ok(const AttnJob *a)
+{
+    return a->Hkv >= 1 && a->H % a->Hkv == 0 && a->D >= 2 && a->D % 2 == 0 && a->max_len >= 1;
+}
+
+/* attention's work (sizes checked); no Python calls. 0, or -1 where memory ran out. */
+static int attention_core(const AttnJob *a)
+{
+    float *scratch = (float *)malloc((size_t)(a->max_len + a->D) * sizeof(float));
+    if (scratch == NULL) return -1;
+    attn_write(a);
+    attn_queries(a, scratch, scratch + a->max_len);
+    free(scratch);
+    return 0;
+}
+#endif
+
 /* attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale):
  * pointers as integers (module doc; float32, contiguous); window 0: none. */
 static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1760,20 +1797,104 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
         .B = v[7], .T = v[8], .H = v[9], .Hkv = v[10], .D = v[11], .max_len = v[12],
         .window = v[13], .scale = (float)scale,
     };
-    if (a.Hkv < 1 || a.H % a.Hkv != 0 || a.D < 2 || a.D % 2 != 0 || a.max_len < 1) {
+    if (!attn_sizes_ok(&a)) {
         PyErr_SetString(PyExc_ValueError, "attention: bad head counts or sizes");
         return NULL;
     }
-    float *scratch = (float *)malloc((size_t)(a.max_len + a.D) * sizeof(float));
-    if (scratch == NULL) return PyErr_NoMemory();
+    int failed;
     Py_BEGIN_ALLOW_THREADS
-    attn_write(&a);
-    attn_queries(&a, scratch, scratch + a.max_len);
+    failed = attention_core(&a);
     Py_END_ALLOW_THREADS
-    free(scratch);
+    if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;
 #else
     return not_built("attention");
+#endif
+}
+
+/* layers(table, num_layers, normed, qkv, attn, o, gated, mlp, res_a, res_b, embedded, rows,
+ * cos, ssin, num_seqs, chunk, heads, kv_heads, head_dim, max_len, hidden, qkv_width,
+ * attn_width, intermediate, threads, wide_min, eps, scale): a native pass's decoder layers
+ * (native_pass.py) in one call, the same kernels in the same order as its Python loop did
+ * (the same bits). table: int64 [num_layers][LAYER_FIELDS] (native_pass.LayerPointers' fields
+ * in order); every other pointer as an integer. Returns (residual, pending): the residual
+ * stream's buffer and the last MLP's output, which the final norm adds. */
+#define LAYER_FIELDS 13
+static PyObject *layers_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[26];
+    if (!int_args(args, nargs, 28, 26, "layers", v)) return NULL;
+    const double eps = PyFloat_AsDouble(args[26]);
+    if (eps == -1.0 && PyErr_Occurred()) return NULL;
+    const double scale = PyFloat_AsDouble(args[27]);
+    if (scale == -1.0 && PyErr_Occurred()) return NULL;
+#ifdef NATIVE_X86
+    const int64_t *table = (const int64_t *)(intptr_t)v[0];
+    const int64_t num_layers = v[1];
+    const long long normed = v[2], qkv = v[3], attn = v[4], o = v[5], gated = v[6], mlp = v[7];
+    const long long res_a = v[8], res_b = v[9], embedded = v[10];
+    const long long num_seqs = v[14], chunk = v[15], hidden = v[20], qkv_width = v[21];
+    const long long attn_width = v[22], inter = v[23], threads = v[24], wide_min = v[25];
+    const long long rows = num_seqs * chunk;
+    AttnJob a = {
+        .qkv = (const float *)(intptr_t)qkv, .rows = (const int64_t *)(intptr_t)v[11],
+        .cos = (const float *)(intptr_t)v[12], .ssin = (const float *)(intptr_t)v[13],
+        .out = (float *)(intptr_t)attn,
+        .B = num_seqs, .T = chunk, .H = v[16], .Hkv = v[17], .D = v[18], .max_len = v[19],
+        .scale = (float)scale,
+    };
+    if (!attn_sizes_ok(&a)) {
+        PyErr_SetString(PyExc_ValueError, "layers: bad head counts or sizes");
+        return NULL;
+    }
+    long long residual = embedded, pending = 0;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t l = 0; l < num_layers && !failed; l++) {
+        const int64_t *f = table + l * LAYER_FIELDS;
+        const long long in_norm = f[0], post_norm = f[1], w_qkv = f[2], w_o = f[4];
+        const long long w_gate_up = f[6], w_down = f[8];
+        long long nxt = residual == res_a ? res_b : res_a;
+        if (pending) { /* residual + mlp -> the layer's input; its norm -> normed */
+            const long long n[7] = {residual, pending, in_norm, normed, nxt, rows, hidden};
+            rmsnorm_core(n, (float)eps);
+            residual = nxt;
+        } else {
+            const long long n[7] = {residual, 0, in_norm, normed, 0, rows, hidden};
+            rmsnorm_core(n, (float)eps);
+        }
+        const long long g_qkv[12] = {normed, hidden, w_qkv, qkv, qkv_width, rows, qkv_width,
+                                     hidden, f[3] ? threads : 1, 0, 0, wide_min};
+        failed |= gemm_core(g_qkv);
+        a.kc = (float *)(intptr_t)f[10];
+        a.vc = (float *)(intptr_t)f[11];
+        a.window = f[12];
+        failed |= attention_core(&a);
+        const long long g_o[12] = {attn, attn_width, w_o, o, hidden, rows, hidden, attn_width,
+                                   f[5] ? threads : 1, 0, 0, wide_min};
+        failed |= gemm_core(g_o);
+        /* residual + attention -> the MLP's residual; its norm -> normed */
+        nxt = residual == res_a ? res_b : res_a;
+        const long long n2[7] = {residual, o, post_norm, normed, nxt, rows, hidden};
+        rmsnorm_core(n2, (float)eps);
+        residual = nxt;
+        const long long g_up[12] = {normed, hidden, w_gate_up, gated, inter, rows, inter, hidden,
+                                    f[7] ? threads : 1, 1, 0, wide_min};
+        failed |= gemm_core(g_up);
+        const long long g_down[12] = {gated, inter, w_down, mlp, hidden, rows, hidden, inter,
+                                      f[9] ? threads : 1, 0, 0, wide_min};
+        failed |= gemm_core(g_down);
+        pending = mlp;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "layers: a worker thread could not be joined, or memory ran out");
+        return NULL;
+    }
+    return Py_BuildValue("(LL)", residual, pending);
+#else
+    return not_built("layers");
 #endif
 }
 
@@ -2129,6 +2250,11 @@ static PyMethodDef methods[] = {
     {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,
      "attention(qkv, rows, cos, ssin, kc, vc, out, B, T, H, Hkv, D, max_len, window, scale): "
      "rotary, K/V written, causal grouped-query attention of a decode or verify chunk."},
+    {"layers", (PyCFunction)(void (*)(void))layers_native, METH_FASTCALL,
+     "layers(table, num_layers, normed, qkv, attn, o, gated, mlp, res_a, res_b, embedded, "
+     "rows, cos, ssin, num_seqs, chunk, heads, kv_heads, head_dim, max_len, hidden, qkv_width, "
+     "attn_width, intermediate, threads, wide_min, eps, scale): a native pass's decoder layers "
+     "in one call; (residual, pending)."},
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
      "gumbel_argmax(scores, ld, vocab, num_rows, rows, keys, scales, maxima, ldm, num_keys, "
      "out, are_probs, hints): the keyed Gumbel field's argmax per key (gumbel_field.py); "
