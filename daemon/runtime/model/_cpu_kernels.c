@@ -29,7 +29,7 @@
  * chunks each prefetch a share of the next block, so that memory stays busy while a block's
  * later chunks compute from L1. One chunk (single_prefetch): 1 row leaves it to the
  * hardware; 2 to NTA_MAX_ROWS rows where a panel fills 5/8 of L2 (a down projection, K >=
- * 10240 with 1 MB of L2; and 2 rows whose x leaves L1) prefetch NTA_DIST lines ahead
+ * 10240 with 1 MB of L2; and 2 or 3 rows whose x leaves L1) prefetch NTA_DIST lines ahead
  * non-temporally, so that the weights stream past L2 and x stays there (else they evict it
  * and x comes from L3); else 5 rows or more, and 3 or 4 where a panel is longer than FAR_DIST
  * lines, prefetch FAR_DIST lines (16 KB) ahead into L2, 3 to 5 rows in a block of six
@@ -332,9 +332,9 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
         for (int64_t chunk = 0, i = 0; chunk < num_chunks; chunk++) {
             const int mr = (int)(base + (chunk < extra));
             /* the weights are one contiguous stream: several chunks each prefetch their
-             * share of the next block; one chunk as single_prefetch says */
+             * share of the next block (pf); one chunk as single_prefetch says */
             const float *pf = num_chunks == 1 ? NULL : wb + (kn + chunk * (kn >> shift)) * NR;
-            const Prefetch how = num_chunks == 1 ? single_prefetch(job, mr) : PF_HARDWARE; /* pf */
+            const Prefetch how = num_chunks == 1 ? single_prefetch(job, mr) : PF_HARDWARE;
             const float *x = job->x + (m0 + i) * job->ldx + k0;
             if (how == PF_FAR && mr >= 3 && mr < 6) {
                 AS_SIXES[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0, wb + FAR_DIST * NR);
@@ -1815,8 +1815,8 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 /* layers(table, num_layers, normed, qkv, attn, o, gated, mlp, res_a, res_b, embedded, rows,
  * cos, ssin, num_seqs, chunk, heads, kv_heads, head_dim, max_len, hidden, qkv_width,
  * attn_width, intermediate, threads, wide_min, eps, scale): a native pass's decoder layers
- * (native_pass.py) in one call, the same kernels in the same order as its Python loop did
- * (the same bits). table: int64 [num_layers][LAYER_FIELDS] (native_pass.LayerPointers' fields
+ * (native_pass.py) in one call: per layer the norm, q/k/v GEMM, attention, output GEMM, norm,
+ * gate/up and down GEMMs, in native_pass.py's order (the same bits as the module path). table: int64 [num_layers][LAYER_FIELDS] (native_pass.LayerPointers' fields
  * in order); every other pointer as an integer. Returns (residual, pending): the residual
  * stream's buffer and the last MLP's output, which the final norm adds. */
 #define LAYER_FIELDS 13

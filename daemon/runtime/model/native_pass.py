@@ -16,10 +16,9 @@ GEMM; then the final norm and the LM head with its block maxima. The decoder lay
 native call (`layers`, over a table of each layer's pointers built once): against a Python
 loop of seven kernel calls a layer, the narrow bench target's pass (30 layers) at 1 and 5
 tokens 3.96 and 5.22 -> 3.91 and 5.13 ms, the demo drafter's step 93 -> 91 us, interleaved on
-a Zen 4 core. Every call takes pointers
-as integers into workspace buffers kept between passes (grown to the most rows seen); only
-each row's (slot, start, length) and the logits are new tensors (the token ids go to the
-native embedding gather as a list).
+a Zen 4 core. Every call takes pointers as integers into workspace buffers kept between
+passes (grown to the most rows seen); only each row's (slot, start, length) and the logits
+are new tensors (the token ids go to the native embedding gather as a list).
 
 It takes what the native kernels take: a whole float32 model on a CPU whose every layer runs
 them (native attention, RMSNorm, weights on the skinny GEMM's panels, no biases), plain rows
