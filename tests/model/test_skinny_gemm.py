@@ -153,9 +153,8 @@ def test_rows_4_kb_apart(rows: int, stride: int, in_f: int) -> None:
 @pytest.mark.parametrize("rows", [1, 2, 5, 6, 7])
 def test_rows_longer_than_l1(rows: int) -> None:
     """A block of 2-6 rows over panels that fill most of L2 (K = 16384: 1 MB a panel, 64 KB of
-    x a row; 5 MB of weights, more than L2, so they are streamed) takes the weights
-    non-temporally (a prefetch: speed only, `bench.linear_bench` measures it); the product and
-    each row's bits are those of any other block."""
+    x a row) takes the weights non-temporally (a prefetch: speed only, `bench.linear_bench`
+    measures it); the product and each row's bits are those of any other block."""
     in_f, out_f = 16384, 80
     weight = _weight(out_f, in_f, seed=rows)
     packed = skinny.pack(weight)
@@ -169,10 +168,11 @@ def test_rows_longer_than_l1(rows: int) -> None:
 @pytestmark_kernel
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("in_f", [512, 1000])
-def test_streamed_weights_in_blocks_of_six(gated: bool, in_f: int) -> None:
-    """3 to 5 rows over weights larger than L2 (about 5 MB) prefetch far in a block of six,
-    whose extra rows repeat the last and are dropped: each row keeps its bits (alone, or among
-    1-7 rows) and the product is `F.linear`'s."""
+def test_blocks_of_six(gated: bool, in_f: int) -> None:
+    """3 to 5 rows whose panels are longer than the prefetch distance (K = 512, 1000; 5 MB of
+    weights, as a model's would stream) prefetch far in a block of six, whose extra rows repeat
+    the last and are dropped: each row keeps its bits (alone, or among 1-7 rows) and the
+    product is `F.linear`'s."""
     out_f = (5 << 20) // (4 * in_f) // (2 if gated else 1)
     weight = _weight(2 * out_f if gated else out_f, in_f, seed=in_f)
     packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
