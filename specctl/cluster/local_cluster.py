@@ -9,7 +9,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from specctl.cluster.local_nodes import LocalClusterError, LocalNode, LocalNodeSpec, free_port
+from specctl.cluster.local_nodes import LocalClusterError, LocalNode, LocalNodeSpec
+from specctl.cluster.ports import free_port, reserve
 
 HEAD_PORT_FILE = "head-port"
 MAX_NODE_DIR_CHARS = 16
@@ -41,7 +42,9 @@ class LocalCluster:
     def _head_port(self) -> int:
         path = self.root / HEAD_PORT_FILE
         if path.is_file():
-            return int(json.loads(path.read_text()))
+            port = int(json.loads(path.read_text()))
+            reserve(port)  # a node's other ports must not take it
+            return port
         port = free_port()
         path.write_text(json.dumps(port))
         return port

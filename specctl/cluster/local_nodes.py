@@ -8,7 +8,6 @@ finds a node started earlier through the state file there.
 """
 
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from daemon.specd.api_models import RayStartRequest
 from daemon.specd.collect import collect_inventory
 from daemon.specd.config import RayConfig, SpecdConfig
 from daemon.specd.ray_node import RayNode, RayNodeError, RunningNode
+from specctl.cluster.ports import free_port
 
 # Ray's unix socket paths under the temp dir must stay below 107 bytes: keep roots short.
 MAX_TEMP_DIR_CHARS = 60
@@ -40,12 +40,6 @@ class LocalNodeSpec:
 
 
 LOCAL_STOP_GRACE_S = 3.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _node_config(
