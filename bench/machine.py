@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from daemon.runtime.model import skinny
+
 
 def _cpu_model() -> str:
     try:
@@ -29,6 +31,24 @@ def _cpu_flags() -> list[str]:
     return [f for f in wanted if f in flags]
 
 
+def _cpu_family() -> str | None:
+    """The vendor and "family/model" of the first processor (the model name, "AMD EPYC" in a VM,
+    does not tell Zen 4 from Zen 5, whose kernels differ: skinny.py)."""
+    try:
+        fields = skinny.first_cpu_fields(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return None
+    vendor, family = fields.get("vendor_id"), fields.get("cpu family")
+    return f"{vendor} {family}/{fields.get('model')}" if vendor and family else None
+
+
+def _kernel_paths() -> dict[str, object] | None:
+    """The skinny GEMM's paths on this machine (None: not built)."""
+    if not skinny.available():
+        return None
+    return {"wide_min_rows": skinny.wide_min_rows(), "zmm_blocks": skinny.zmm_blocks()}
+
+
 def _memory_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -45,7 +65,9 @@ def describe_machine(threads: int | None) -> dict[str, object]:
         gpu = torch.cuda.get_device_name(0)
     return {
         "cpu": _cpu_model(),
+        "cpu_family": _cpu_family(),
         "cpu_flags": _cpu_flags(),
+        "skinny_gemm": _kernel_paths(),
         "cores": os.cpu_count(),
         "memory_gib": _memory_gib(),
         "gpu": gpu,

@@ -118,11 +118,12 @@ def test_the_layers_call_names_what_is_wrong() -> None:
     a wrong argument count with a clear error, before it touches any buffer."""
     module = native.kernels()
     assert module is not None
-    # 26 integers (table, layers, buffers, sizes), then eps and scale; heads 3 of kv_heads 2
-    sizes = [0, 0, *[0] * 12, 1, 1, 3, 2, 8, 16, 24, 56, 24, 64, 1, 0]
+    # 27 integers (table, layers, buffers, sizes, wide_min, zmm), then eps and scale; heads 3
+    # of kv_heads 2
+    sizes = [0, 0, *[0] * 12, 1, 1, 3, 2, 8, 16, 24, 56, 24, 64, 1, 0, 0]
     with pytest.raises(ValueError, match="layers: bad head counts or sizes"):
         module.layers(*sizes, 1e-5, 0.125)
-    with pytest.raises(TypeError, match="layers takes 28 arguments, got 27"):
+    with pytest.raises(TypeError, match="layers takes 29 arguments, got 28"):
         module.layers(*sizes, 1e-5)
 
 

@@ -94,6 +94,43 @@ def test_which_cpus_split_512_bit_operations(
     assert skinny.splits_512bit_ops(text) is splits
 
 
+@pytest.mark.parametrize(
+    "vendor,family,avx512,prefers",
+    [
+        ("AuthenticAMD", 25, "avx512f avx512vl", False),  # Zen 4: 512-bit FMAs split in two
+        ("AuthenticAMD", 26, "avx512f avx512vl", True),  # Zen 5
+        ("AuthenticAMD", 27, "avx512f avx512vl", True),
+        ("AuthenticAMD", 26, "", False),  # no AVX-512F
+        ("GenuineIntel", 6, "avx512f avx512vl", False),  # not measured there
+    ],
+)
+def test_which_cpus_take_512_bit_register_blocks(
+    vendor: str, family: int, avx512: str, prefers: bool
+) -> None:
+    text = _CPUINFO.format(vendor=vendor, family=family, avx512=avx512)
+    assert skinny.prefers_512bit_blocks(text) is prefers
+
+
+def test_the_512_bit_blocks_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPECCTL_ZMM forces the 512-bit register blocks on or off, SPECCTL_AVX512=0 turns them
+    off with the rest of AVX-512, a bad value is a clear error; unset, the CPU decides."""
+    monkeypatch.delenv(skinny.WIDE_ENV, raising=False)
+    monkeypatch.delenv(skinny.ZMM_ENV, raising=False)
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text() if cpuinfo.is_file() else ""
+    assert skinny.zmm_blocks() is skinny.prefers_512bit_blocks(text)
+    monkeypatch.setenv(skinny.ZMM_ENV, "1")
+    assert skinny.zmm_blocks()
+    monkeypatch.setenv(skinny.WIDE_ENV, "0")
+    assert not skinny.zmm_blocks()
+    monkeypatch.delenv(skinny.WIDE_ENV)
+    monkeypatch.setenv(skinny.ZMM_ENV, "0")
+    assert not skinny.zmm_blocks()
+    monkeypatch.setenv(skinny.ZMM_ENV, "yes")
+    with pytest.raises(ValueError, match=r"SPECCTL_ZMM='yes': expected 1 \(on\) or 0 \(off\)"):
+        skinny.zmm_blocks()
+
+
 def test_the_default_threshold_follows_this_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(skinny.WIDE_ENV, raising=False)
     cpuinfo = Path("/proc/cpuinfo")
@@ -106,16 +143,17 @@ def test_the_default_threshold_follows_this_cpu(monkeypatch: pytest.MonkeyPatch)
 
 @pytestmark_kernel
 @pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("rows", [7, 8, 9, 12, 13, 14, 15, 24, 40, 97, 200])
-@pytest.mark.parametrize("path", ["1", None])
+@pytest.mark.parametrize("rows", [1, 3, 5, 7, 8, 9, 10, 12, 13, 14, 15, 24, 40, 97, 200])
+@pytest.mark.parametrize("path", ["1", None, "zmm", "ymm"])
 def test_every_path_gives_the_same_bits(
     gated: bool, rows: int, path: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every path adds x_k w_k into each output in k order with one FMA a step, so they agree
     to the bit with blocks of at most 6 rows (SPECCTL_AVX512=0): the AVX-512 path for every
-    row count ("1"), and the shipped thresholds (None: one tall block of up to 14 rows where
-    the CPU has AVX-512VL, the AVX-512 path from 15 or 64 rows). A row's greedy token cannot
-    depend on how many rows share its pass."""
+    row count ("1"), the shipped thresholds (None: one tall block of up to 14 rows where
+    the CPU has AVX-512VL, the AVX-512 path from 15 or 64 rows), and those with the blocks
+    below the AVX-512 path in 512-bit registers or not whatever the CPU ("zmm", "ymm":
+    SPECCTL_ZMM=1 / 0). A row's greedy token cannot depend on how many rows share its pass."""
     hidden, out_f = 300, 16 * 5 + 3  # K past two K blocks of 128, an odd and partial panel
     weight = _weight(2 * out_f if gated else out_f, hidden, seed=rows)
     packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
@@ -123,8 +161,10 @@ def test_every_path_gives_the_same_bits(
     x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(rows))
     monkeypatch.setenv(skinny.WIDE_ENV, "0")
     six_row_blocks = run(x, packed, out_f)
-    if path is None:
+    if path in (None, "zmm", "ymm"):
         monkeypatch.delenv(skinny.WIDE_ENV)
+        if path is not None:
+            monkeypatch.setenv(skinny.ZMM_ENV, "1" if path == "zmm" else "0")
     else:
         monkeypatch.setenv(skinny.WIDE_ENV, path)
     assert torch.equal(run(x, packed, out_f), six_row_blocks)
@@ -183,6 +223,32 @@ def test_blocks_of_six(gated: bool, in_f: int) -> None:
         assert torch.equal(run(x[:rows], packed, out_f), alone[:rows]), f"{rows} rows"
     want = _swiglu_reference(x, weight) if gated else F.linear(x, weight)
     torch.testing.assert_close(alone, want, rtol=1e-4, atol=1e-4)
+
+
+@pytestmark_kernel
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("in_f", [256, 1000, 16384])
+def test_512_bit_blocks_over_streamed_weights(
+    gated: bool, in_f: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 512-bit register blocks (SPECCTL_ZMM=1) with their prefetch (non-temporal for up to
+    9 rows, far past them) over 5 MB of weights, as a model's would stream: at 1-14 rows each
+    row has the bits of the 256-bit blocks of at most 6 rows (SPECCTL_AVX512=0), and the
+    product is `F.linear`'s. Where the CPU has no AVX-512F the kernel runs the 256-bit blocks
+    (the same bits)."""
+    out_f = (5 << 20) // (4 * in_f) // (2 if gated else 1)
+    weight = _weight(2 * out_f if gated else out_f, in_f, seed=in_f + gated)
+    packed = skinny.pack_gated(weight) if gated else skinny.pack(weight)
+    run = skinny.gated_linear if gated else skinny.linear
+    x = torch.randn(14, in_f, generator=torch.Generator().manual_seed(in_f))
+    monkeypatch.setenv(skinny.WIDE_ENV, "0")
+    six_row_blocks = run(x, packed, out_f)
+    monkeypatch.delenv(skinny.WIDE_ENV)
+    monkeypatch.setenv(skinny.ZMM_ENV, "1")
+    for rows in range(1, 15):
+        assert torch.equal(run(x[:rows], packed, out_f), six_row_blocks[:rows]), f"{rows} rows"
+    want = _swiglu_reference(x, weight) if gated else F.linear(x, weight)
+    torch.testing.assert_close(six_row_blocks, want, rtol=1e-4, atol=1e-4)
 
 
 def _weight(out_f: int, in_f: int, seed: int = 0) -> torch.Tensor:

@@ -58,6 +58,20 @@
  * every 4 cycles would find it FMA-bound. Past ~8 rows a pass is bound by the FMAs, not the
  * memory: 9 rows take 9 cycles a 64-byte line.
  *
+ * 512-bit register blocks (the caller's zmm: AMD Zen 5, which runs AVX-512 at full width; not
+ * Zen 4): the blocks above in zmm registers, one FMA a row and k step where two ymm FMAs were,
+ * and their own prefetch (zmm_prefetch): non-temporal for up to ZMM_NTA_MAX_ROWS rows on any
+ * shape, far past them. Measured on a Zen 5 EPYC (family 26, 1 MB L2, 32 MB L3), one thread,
+ * a plain read of the wide target's MLPs (302 MB) 7.5-7.9 ms, ymm blocks with the rules above
+ * / zmm blocks, interleaved in one process, ms per pass at 1 / 2 / 4 / 6 / 8 / 9 / 10 / 12
+ * rows: 7.8 / 8.1 / 8.7 / 8.2 / 10.2 / 11.4 / 12.2 / 14.7 -> 7.2 / 7.2 / 7.3 / 7.6 / 7.7 /
+ * 8.1 / 8.4 / 10.8; one Llama 3 8B layer (872 MB; read: 22.8 ms) 23.8 / 24.9 / 23.0 / 26.9 /
+ * 28.3 / 31.8 / 34.8 / 40.8 -> 23.0 / 22.5 / 21.9 / 26.3 / 23.9 / 24.2 / 24.5 / 29.7. There the
+ * non-temporal stream won at 1-9 rows over far and hardware prefetch at every shape (zmm
+ * blocks, 9 rows of Llama's layer: 23.2 against 23.4 far, 44.0 hardware; ymm blocks, 2 rows:
+ * 22.5 against 24.1 far), unlike on Zen 4; from 10 rows far wins by 1-6%. Past ~10 rows a
+ * pass is bound by the FMAs again (12 rows: 6 cycles of 512-bit FMAs a line).
+ *
  * Many rows on AVX-512 (a block of at least the caller's wide_min rows, where the CPU has
  * AVX-512F): the block's x packed once, then two panels at a time in zmm registers (the
  * WIDE_MICRO kernels below). The same sums in the same order as the AVX2 path: the same bits.
@@ -90,12 +104,13 @@
 #define NTA_DIST 128  /* lines (8 KB) ... non-temporally */
 #define NTA_MAX_ROWS 6
 #define NTA_L2_EIGHTHS 5 /* ... where a panel takes 5/8 of L2 or more */
+#define ZMM_NTA_MAX_ROWS 9 /* ... every panel, in 512-bit registers (zmm_prefetch) */
 #define X_L1_BYTES (32 << 10)
 #define MAX_THREADS 64
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 16 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 17 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -110,6 +125,7 @@ typedef struct {
     int64_t wide_min; /* a row block of at least this many rows takes the AVX-512 path (0: never) */
     int64_t chunk_max; /* rows per register block of the AVX2-width path: MR, or TR (AVX-512VL) */
     int big_panels;    /* a panel takes NTA_L2_EIGHTHS / 8 of L2 or more */
+    int zmm;           /* register blocks in 512-bit registers (ZMICROS; the caller's zmm) */
 } Job;
 
 #ifdef NATIVE_X86
@@ -183,6 +199,44 @@ TALL(tall12, ROWS12)
 TALL(tall13, ROWS13)
 TALL(tall14, ROWS14)
 
+/* The same blocks in 512-bit registers, for a CPU that runs AVX-512 at full width (AMD Zen 5;
+ * not Zen 4, which splits a 512-bit FMA in two): a panel's 16 columns are one zmm register, so
+ * a k step costs a row one FMA where the blocks above cost two. Each lane's sum takes the same
+ * FMAs in the same order: the same bits. On Zen 5 a batch-1 pass of 7 to 10 rows is then
+ * bound by the memory, not the FMAs (the header comment has the figures). */
+#define Z_INIT(i) __m512 z##i = load ? _mm512_loadu_ps(c + (i) * ldc) : _mm512_setzero_ps();
+#define Z_FMA(i) z##i = _mm512_fmadd_ps(_mm512_set1_ps(x[(i) * ldx + k]), w0, z##i);
+#define Z_STORE(i) _mm512_storeu_ps(c + (i) * ldc, z##i);
+#define ZMICRO(NAME, ROWS)                                                                  \
+    __attribute__((target("avx512f,avx2,fma"))) static void NAME(                           \
+        const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc,     \
+        int load, const float *pf, int pf_shift, const float *far, const float *nta)        \
+    {                                                                                       \
+        ROWS(Z_INIT)                                                                        \
+        for (int64_t k = 0; k < kn; k++) {                                                  \
+            if (pf) _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);   \
+            if (far) _mm_prefetch((const char *)(far + k * NR), _MM_HINT_T1);               \
+            if (nta) _mm_prefetch((const char *)(nta + k * NR), _MM_HINT_NTA);              \
+            const __m512 w0 = _mm512_loadu_ps(w + k * NR);                                  \
+            ROWS(Z_FMA)                                                                     \
+        }                                                                                   \
+        ROWS(Z_STORE)                                                                       \
+    }
+ZMICRO(zmicro1, ROWS1)
+ZMICRO(zmicro2, ROWS2)
+ZMICRO(zmicro3, ROWS3)
+ZMICRO(zmicro4, ROWS4)
+ZMICRO(zmicro5, ROWS5)
+ZMICRO(zmicro6, ROWS6)
+ZMICRO(zmicro7, ROWS7)
+ZMICRO(zmicro8, ROWS8)
+ZMICRO(zmicro9, ROWS9)
+ZMICRO(zmicro10, ROWS10)
+ZMICRO(zmicro11, ROWS11)
+ZMICRO(zmicro12, ROWS12)
+ZMICRO(zmicro13, ROWS13)
+ZMICRO(zmicro14, ROWS14)
+
 /* 3 to 5 rows in a block of six, the rows past the last repeating it and their sums dropped:
  * the same bits for the rows kept. A single chunk that prefetches far runs faster so (the
  * header comment has the figures); only that path uses these. */
@@ -226,6 +280,9 @@ typedef void (*MicroFn)(const float *, int64_t, const float *, int64_t, float *,
 static const MicroFn MICROS[TR + 1] = {NULL,   micro1, micro2, micro3, micro4, micro5,
                                        micro6, tall7,  tall8,  tall9,  tall10, tall11,
                                        tall12, tall13, tall14};
+static const MicroFn ZMICROS[TR + 1] = {NULL,     zmicro1,  zmicro2,  zmicro3,  zmicro4,
+                                        zmicro5,  zmicro6,  zmicro7,  zmicro8,  zmicro9,
+                                        zmicro10, zmicro11, zmicro12, zmicro13, zmicro14};
 
 /* exp(x) lane by lane: Cephes' expf (range reduction by ln 2 in two parts, degree-5
  * polynomial), within 2 ulp of expf; inputs clamped to +-88.38 (no inf, no NaN from it).
@@ -312,6 +369,11 @@ static Prefetch single_prefetch(const Job *job, int64_t mr)
     return PF_HARDWARE;
 }
 
+/* The software prefetch of a single chunk of mr rows in 512-bit registers (measured on Zen 5,
+ * the header comment has the figures): non-temporal for up to ZMM_NTA_MAX_ROWS rows, whatever
+ * the shape; far past them. */
+static Prefetch zmm_prefetch(int64_t mr) { return mr <= ZMM_NTA_MAX_ROWS ? PF_NTA : PF_FAR; }
+
 /* The rows [m0, m0 + rows) times one panel wp, into c (ldc floats a row). */
 __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, const float *wp,
                                                              int64_t m0, int64_t rows, float *c,
@@ -334,12 +396,15 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
             /* the weights are one contiguous stream: several chunks each prefetch their
              * share of the next block (pf); one chunk as single_prefetch says */
             const float *pf = num_chunks == 1 ? NULL : wb + (kn + chunk * (kn >> shift)) * NR;
-            const Prefetch how = num_chunks == 1 ? single_prefetch(job, mr) : PF_HARDWARE;
+            const Prefetch how = num_chunks > 1 ? PF_HARDWARE
+                                 : job->zmm     ? zmm_prefetch(mr)
+                                                : single_prefetch(job, mr);
             const float *x = job->x + (m0 + i) * job->ldx + k0;
-            if (how == PF_FAR && mr >= 3 && mr < 6) {
+            if (!job->zmm && how == PF_FAR && mr >= 3 && mr < 6) {
                 AS_SIXES[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0, wb + FAR_DIST * NR);
             } else {
-                MICROS[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0, pf, shift,
+                (job->zmm ? ZMICROS : MICROS)[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0,
+                                                  pf, shift,
                            how == PF_FAR ? wb + FAR_DIST * NR : NULL,
                            how == PF_NTA ? wb + NTA_DIST * NR : NULL);
             }
@@ -1604,10 +1669,11 @@ static PyObject *available(PyObject *self, PyObject *noargs)
 #endif
 }
 
-/* gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr, wide_min):
+/* gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr, wide_min, zmm):
  * pointers as integers, strides in elements; bmax_ptr 0: no block maxima (else
  * [m, ceil(n / 64)], not gated, ldy = n); wide_min: row blocks of at least this many rows take
- * the AVX-512 path where the CPU has it (0: never). The caller (skinny.py) checks shapes,
+ * the AVX-512 path where the CPU has it (0: never); zmm: the register blocks of the others
+ * in 512-bit registers where the CPU has AVX-512F (ZMICROS). The caller (skinny.py) checks shapes,
  * dtypes, layout and availability. */
 #ifdef NATIVE_X86
 /* gemm's work, v as gemm's arguments (the module doc); no Python calls (the caller may have
@@ -1653,6 +1719,7 @@ static int gemm_core(const long long *v)
             .wide_min = wide_min,
             .chunk_max = cpu_has_avx512vl() && v[11] > 0 ? TR : MR,
             .big_panels = v[7] * NR * 4 * 8 >= l2_bytes() * NTA_L2_EIGHTHS,
+            .zmm = cpu_has_avx512() && v[12] != 0,
         };
     }
     int failed = 0;
@@ -1673,8 +1740,8 @@ static int gemm_core(const long long *v)
 
 static PyObject *gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[12];
-    if (!int_args(args, nargs, 12, 12, "gemm", v)) return NULL;
+    long long v[13];
+    if (!int_args(args, nargs, 13, 13, "gemm", v)) return NULL;
 #ifdef NATIVE_X86
     int failed;
     Py_BEGIN_ALLOW_THREADS
@@ -1814,7 +1881,7 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 /* layers(table, num_layers, normed, qkv, attn, o, gated, mlp, res_a, res_b, embedded, rows,
  * cos, ssin, num_seqs, chunk, heads, kv_heads, head_dim, max_len, hidden, qkv_width,
- * attn_width, intermediate, threads, wide_min, eps, scale): a native pass's decoder layers
+ * attn_width, intermediate, threads, wide_min, zmm, eps, scale): a native pass's decoder layers
  * (native_pass.py) in one call: per layer the norm, q/k/v GEMM, attention, output GEMM, norm,
  * gate/up and down GEMMs, in native_pass.py's order (the same bits as the module path). table: int64 [num_layers][LAYER_FIELDS] (native_pass.LayerPointers' fields
  * in order); every other pointer as an integer. Returns (residual, pending): the residual
@@ -1822,11 +1889,11 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 #define LAYER_FIELDS 13
 static PyObject *layers_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[26];
-    if (!int_args(args, nargs, 28, 26, "layers", v)) return NULL;
-    const double eps = PyFloat_AsDouble(args[26]);
+    long long v[27];
+    if (!int_args(args, nargs, 29, 27, "layers", v)) return NULL;
+    const double eps = PyFloat_AsDouble(args[27]);
     if (eps == -1.0 && PyErr_Occurred()) return NULL;
-    const double scale = PyFloat_AsDouble(args[27]);
+    const double scale = PyFloat_AsDouble(args[28]);
     if (scale == -1.0 && PyErr_Occurred()) return NULL;
 #ifdef NATIVE_X86
     const int64_t *table = (const int64_t *)(intptr_t)v[0];
@@ -1835,6 +1902,7 @@ static PyObject *layers_native(PyObject *self, PyObject *const *args, Py_ssize_t
     const long long res_a = v[8], res_b = v[9], embedded = v[10];
     const long long num_seqs = v[14], chunk = v[15], hidden = v[20], qkv_width = v[21];
     const long long attn_width = v[22], inter = v[23], threads = v[24], wide_min = v[25];
+    const long long zmm = v[26];
     const long long rows = num_seqs * chunk;
     AttnJob a = {
         .qkv = (const float *)(intptr_t)qkv, .rows = (const int64_t *)(intptr_t)v[11],
@@ -1863,26 +1931,26 @@ static PyObject *layers_native(PyObject *self, PyObject *const *args, Py_ssize_t
             const long long n[7] = {residual, 0, in_norm, normed, 0, rows, hidden};
             rmsnorm_core(n, (float)eps);
         }
-        const long long g_qkv[12] = {normed, hidden, w_qkv, qkv, qkv_width, rows, qkv_width,
-                                     hidden, f[3] ? threads : 1, 0, 0, wide_min};
+        const long long g_qkv[13] = {normed, hidden, w_qkv, qkv, qkv_width, rows, qkv_width,
+                                     hidden, f[3] ? threads : 1, 0, 0, wide_min, zmm};
         failed |= gemm_core(g_qkv);
         a.kc = (float *)(intptr_t)f[10];
         a.vc = (float *)(intptr_t)f[11];
         a.window = f[12];
         failed |= attention_core(&a);
-        const long long g_o[12] = {attn, attn_width, w_o, o, hidden, rows, hidden, attn_width,
-                                   f[5] ? threads : 1, 0, 0, wide_min};
+        const long long g_o[13] = {attn, attn_width, w_o, o, hidden, rows, hidden, attn_width,
+                                   f[5] ? threads : 1, 0, 0, wide_min, zmm};
         failed |= gemm_core(g_o);
         /* residual + attention -> the MLP's residual; its norm -> normed */
         nxt = residual == res_a ? res_b : res_a;
         const long long n2[7] = {residual, o, post_norm, normed, nxt, rows, hidden};
         rmsnorm_core(n2, (float)eps);
         residual = nxt;
-        const long long g_up[12] = {normed, hidden, w_gate_up, gated, inter, rows, inter, hidden,
-                                    f[7] ? threads : 1, 1, 0, wide_min};
+        const long long g_up[13] = {normed, hidden, w_gate_up, gated, inter, rows, inter, hidden,
+                                    f[7] ? threads : 1, 1, 0, wide_min, zmm};
         failed |= gemm_core(g_up);
-        const long long g_down[12] = {gated, inter, w_down, mlp, hidden, rows, hidden, inter,
-                                      f[9] ? threads : 1, 0, 0, wide_min};
+        const long long g_down[13] = {gated, inter, w_down, mlp, hidden, rows, hidden, inter,
+                                      f[9] ? threads : 1, 0, 0, wide_min, zmm};
         failed |= gemm_core(g_down);
         pending = mlp;
     }
@@ -2238,10 +2306,10 @@ static PyMethodDef methods[] = {
     {"has_avx512", has_avx512, METH_NOARGS,
      "Whether this CPU runs the GEMM's many-row path (AVX-512F)."},
     {"gemm", (PyCFunction)(void (*)(void))gemm, METH_FASTCALL,
-     "gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr, wide_min): "
-     "y = x @ w^T over packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating panels; "
-     "bmax_ptr: also each row's max over every 64 columns; wide_min: the fewest rows of a block "
-     "on the AVX-512 path (0: never)."},
+     "gemm(x_ptr, ldx, w_ptr, y_ptr, ldy, m, n, k, num_threads, gated, bmax_ptr, wide_min, "
+     "zmm): y = x @ w^T over packed w; gated: y = silu(x @ g^T) * (x @ u^T) over alternating "
+     "panels; bmax_ptr: also each row's max over every 64 columns; wide_min: the fewest rows of "
+     "a block on the AVX-512 path (0: never); zmm: smaller blocks in 512-bit registers."},
     {"rmsnorm", (PyCFunction)(void (*)(void))rmsnorm, METH_FASTCALL,
      "rmsnorm(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, dim, eps): y = rmsnorm(x + r) * w."},
     {"embed", (PyCFunction)(void (*)(void))embed, METH_FASTCALL,
@@ -2253,7 +2321,8 @@ static PyMethodDef methods[] = {
     {"layers", (PyCFunction)(void (*)(void))layers_native, METH_FASTCALL,
      "layers(table, num_layers, normed, qkv, attn, o, gated, mlp, res_a, res_b, embedded, "
      "rows, cos, ssin, num_seqs, chunk, heads, kv_heads, head_dim, max_len, hidden, qkv_width, "
-     "attn_width, intermediate, threads, wide_min, eps, scale): a native pass's decoder layers "
+     "attn_width, intermediate, threads, wide_min, zmm, eps, scale): a native pass's decoder "
+     "layers "
      "in one call; (residual, pending)."},
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
      "gumbel_argmax(scores, ld, vocab, num_rows, rows, keys, scales, maxima, ldm, num_keys, "

@@ -234,7 +234,7 @@ class NativePass:
         # the residual stream alternating between res_a and res_b; it returns the buffer the
         # stream ends in and the last MLP's output (0: no layers), which the final norm adds
         threads = torch.get_num_threads()
-        wide_min = skinny.wide_min_rows()
+        wide_min, zmm = skinny.wide_min_rows(), skinny.zmm_blocks()
         residual, pending = k.layers(
             self.layer_table.data_ptr(),
             len(self.layers),
@@ -262,6 +262,7 @@ class NativePass:
             self.intermediate,
             threads,
             wide_min,
+            zmm,
             eps,
             self.scale,
         )
@@ -285,6 +286,6 @@ class NativePass:
         maxima = torch.empty(*shape, -(-self.vocab // skinny.BMAX_BLOCK), dtype=torch.float32)
         k.gemm(final.data_ptr(), hidden, self.head.data_ptr(), logits.data_ptr(), self.vocab,
                out_rows, self.vocab, hidden, threads if self.head_threads else 1, False,
-               maxima.data_ptr(), wide_min)  # fmt: skip
+               maxima.data_ptr(), wide_min, zmm)  # fmt: skip
         block_maxima.remember(logits, maxima)
         return logits

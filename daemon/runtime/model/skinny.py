@@ -30,6 +30,14 @@ AVX-512 path / oneDNN: 9 rows 32.2 / 31.6 / 40.3, 16 rows 47.4 / 39.5 / 53.2, 24
 paths add x_k w_k into each output in k order, one FMA a step: the same bits, so a row's
 greedy token does not depend on how many rows share its pass.
 
+On a CPU that runs AVX-512 at full width (AMD Zen 5), the register blocks below the AVX-512
+path run in 512-bit registers (zmm_blocks(): one FMA a row and k step instead of two, the same
+bits) with their own prefetch. Same bench on a 2-core Zen 5 EPYC, one thread, one read of the
+weights 7.5-7.9 ms, 256-bit / 512-bit blocks interleaved: 1 / 4 / 8 / 9 / 10 rows 7.8 / 8.7 /
+10.2 / 11.4 / 12.2 -> 7.2 / 7.3 / 7.7 / 8.1 / 8.4 ms (the C source has more shapes). The wide
+bench target's forward pass at batch 1 then costs 1.00-1.13x one token's for 2-9 tokens
+(256-bit blocks: up to 1.45x).
+
 Packed layout: [P, K, 16] with P = ceil(N / 16), panel p holding output columns 16p..16p+15
 (zero past N). Gated (a SwiGLU MLP's fused gate and up projections): the two weights' panels
 alternate, [2P, K, 16], and the kernel writes silu(gate) * up, never the [rows, 2N] product.
@@ -54,32 +62,79 @@ WIDE_MIN_ROWS = 15  # a block of at least this many rows takes the AVX-512 path 
 # no more multiply-adds a cycle to give there (the docstring has the figures)
 WIDE_MIN_ROWS_SPLIT_512 = 64
 WIDE_ENV = "SPECCTL_AVX512"  # "0": the AVX2 path for every row count (before/after figures)
+ZMM_ENV = "SPECCTL_ZMM"  # "1" / "0": the 512-bit register blocks on / off (default: by CPU)
+
+
+def first_cpu_fields(cpuinfo: str) -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo's text (it describes them all)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def _amd_avx512_family(cpuinfo: str) -> int:
+    """The AMD CPU family of a CPU with AVX-512F, else 0."""
+    fields = first_cpu_fields(cpuinfo)
+    if (
+        fields.get("vendor_id") != "AuthenticAMD"
+        or "avx512f" not in fields.get("flags", "").split()
+    ):
+        return 0
+    try:
+        return int(fields.get("cpu family", ""))
+    except ValueError:
+        return 0
 
 
 def splits_512bit_ops(cpuinfo: str) -> bool:
     """Whether /proc/cpuinfo's text describes a CPU with AVX-512 on 256-bit units: AMD
     family 25 (0x19, Zen 4; Zen 5 is 26, with 512-bit units)."""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        if not line.strip():
-            break  # the first processor's block describes them all
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    return (
-        fields.get("vendor_id") == "AuthenticAMD"
-        and fields.get("cpu family") == "25"
-        and "avx512f" in fields.get("flags", "").split()
-    )
+    return _amd_avx512_family(cpuinfo) == 25
+
+
+def prefers_512bit_blocks(cpuinfo: str) -> bool:
+    """Whether /proc/cpuinfo's text describes a CPU where the small register blocks measured
+    faster in 512-bit registers: AMD Zen 5 or later (family 26 and up, AVX-512 at full
+    width). Not measured on Intel's AVX-512 CPUs: they keep the 256-bit blocks."""
+    return _amd_avx512_family(cpuinfo) >= 26
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
 
 
 @functools.cache
 def default_wide_min_rows() -> int:
     """WIDE_MIN_ROWS, or WIDE_MIN_ROWS_SPLIT_512 where the CPU splits 512-bit operations."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return WIDE_MIN_ROWS
-    return WIDE_MIN_ROWS_SPLIT_512 if splits_512bit_ops(cpuinfo) else WIDE_MIN_ROWS
+    return WIDE_MIN_ROWS_SPLIT_512 if splits_512bit_ops(_cpuinfo()) else WIDE_MIN_ROWS
+
+
+@functools.cache
+def default_zmm_blocks() -> bool:
+    """Whether this CPU runs the small register blocks in 512-bit registers by default."""
+    return prefers_512bit_blocks(_cpuinfo())
+
+
+def zmm_blocks() -> bool:
+    """Whether register blocks below the AVX-512 path's rows run in 512-bit registers (one
+    FMA a row and k step where 256-bit ones take two; the C source's ZMICROS, with their own
+    prefetch): default_zmm_blocks(), unless SPECCTL_ZMM is "1" or "0", or SPECCTL_AVX512 is
+    "0" (no AVX-512 at all). The kernel runs them only where the CPU has AVX-512F."""
+    if os.environ.get(WIDE_ENV, "").strip() == "0":
+        return False
+    value = os.environ.get(ZMM_ENV, "").strip()
+    if not value:
+        return default_zmm_blocks()
+    if value not in ("0", "1"):
+        raise ValueError(f"{ZMM_ENV}={value!r}: expected 1 (on) or 0 (off)")
+    return value == "1"
 
 
 def wide_min_rows() -> int:
@@ -214,5 +269,6 @@ def _run(
             gated,
             0 if maxima is None else maxima.data_ptr(),
             wide_min_rows(),
+            zmm_blocks(),
         )
     return out
