@@ -403,10 +403,10 @@ __attribute__((target("avx2,fma"))) static void panel_product(const Job *job, co
             if (!job->zmm && how == PF_FAR && mr >= 3 && mr < 6) {
                 AS_SIXES[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0, wb + FAR_DIST * NR);
             } else {
-                (job->zmm ? ZMICROS : MICROS)[mr](x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0,
-                                                  pf, shift,
-                           how == PF_FAR ? wb + FAR_DIST * NR : NULL,
-                           how == PF_NTA ? wb + NTA_DIST * NR : NULL);
+                const MicroFn micro = (job->zmm ? ZMICROS : MICROS)[mr];
+                micro(x, job->ldx, wb, kn, c + i * ldc, ldc, k0 > 0, pf, shift,
+                      how == PF_FAR ? wb + FAR_DIST * NR : NULL,
+                      how == PF_NTA ? wb + NTA_DIST * NR : NULL);
             }
             i += mr;
         }
@@ -1673,8 +1673,8 @@ static PyObject *available(PyObject *self, PyObject *noargs)
  * pointers as integers, strides in elements; bmax_ptr 0: no block maxima (else
  * [m, ceil(n / 64)], not gated, ldy = n); wide_min: row blocks of at least this many rows take
  * the AVX-512 path where the CPU has it (0: never); zmm: the register blocks of the others
- * in 512-bit registers where the CPU has AVX-512F (ZMICROS). The caller (skinny.py) checks shapes,
- * dtypes, layout and availability. */
+ * in 512-bit registers where the CPU has AVX-512F (ZMICROS). The caller (skinny.py) checks
+ * shapes, dtypes, layout and availability. */
 #ifdef NATIVE_X86
 /* gemm's work, v as gemm's arguments (the module doc); no Python calls (the caller may have
  * released the GIL). 0, or -1 where a worker thread could not be joined. */
@@ -1881,11 +1881,12 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 /* layers(table, num_layers, normed, qkv, attn, o, gated, mlp, res_a, res_b, embedded, rows,
  * cos, ssin, num_seqs, chunk, heads, kv_heads, head_dim, max_len, hidden, qkv_width,
- * attn_width, intermediate, threads, wide_min, zmm, eps, scale): a native pass's decoder layers
- * (native_pass.py) in one call: per layer the norm, q/k/v GEMM, attention, output GEMM, norm,
- * gate/up and down GEMMs, in native_pass.py's order (the same bits as the module path). table: int64 [num_layers][LAYER_FIELDS] (native_pass.LayerPointers' fields
- * in order); every other pointer as an integer. Returns (residual, pending): the residual
- * stream's buffer and the last MLP's output, which the final norm adds. */
+ * attn_width, intermediate, threads, wide_min, zmm, eps, scale): a native pass's decoder
+ * layers (native_pass.py) in one call: per layer the norm, q/k/v GEMM, attention, output GEMM,
+ * norm, gate/up and down GEMMs, in native_pass.py's order (the same bits as the module path).
+ * table: int64 [num_layers][LAYER_FIELDS] (native_pass.LayerPointers' fields in order); every
+ * other pointer as an integer. Returns (residual, pending): the residual stream's buffer and
+ * the last MLP's output, which the final norm adds. */
 #define LAYER_FIELDS 13
 static PyObject *layers_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
