@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from bench.workload import load_prompt_texts
 from specctl.demo_pair import DEMO_PROMPTS_CODE, demo_pair_dirs
 
 DEVICES = ("cpu", "cuda")
@@ -33,6 +34,21 @@ def positive_int_list(text: str) -> list[int]:
     return values
 
 
+def prompt_file(text: str) -> Path:
+    """A prompts file that exists and reads as one (workload.load_prompt_texts), with at least
+    one prompt."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    try:
+        texts = load_prompt_texts(path)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not texts:
+        raise argparse.ArgumentTypeError(f"{text}: no prompts in it")
+    return path
+
+
 def device_problem(device: str) -> str | None:
     """What is wrong with a `--device` value, or None."""
     if device not in DEVICES:
@@ -47,4 +63,4 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     default_target, default_draft = demo_pair_dirs()
     parser.add_argument("--target", type=Path, default=default_target)
     parser.add_argument("--draft", type=Path, default=default_draft)
-    parser.add_argument("--prompts", type=Path, default=DEMO_PROMPTS_CODE)
+    parser.add_argument("--prompts", type=prompt_file, default=DEMO_PROMPTS_CODE)

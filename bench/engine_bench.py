@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
-from bench.arg_types import add_pair_arguments
+from bench.arg_types import add_pair_arguments, positive_int, positive_int_list
 from bench.spec_engine import RunResult, SpecBench
 from bench.workload import load_prompt_texts, repeat_to, tokenize
+from daemon.runtime.errors import SpecError
 from specctl.console import make_console
 
 
@@ -78,18 +79,23 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     add_pair_arguments(parser)
-    parser.add_argument("--num-prompts", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--concurrency", default="1,16")
+    parser.add_argument("--num-prompts", type=positive_int, default=4)
+    parser.add_argument("--max-tokens", type=positive_int, default=64)
+    parser.add_argument("--k", type=positive_int, default=4)
+    parser.add_argument("--concurrency", type=positive_int_list, default=[1, 16])
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads.")
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, help="torch intra-op threads."
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
-    bench = SpecBench(args.target, args.draft, args.dtype, max(concurrencies))
+    concurrencies = args.concurrency
+    try:
+        bench = SpecBench(args.target, args.draft, args.dtype, max(concurrencies))
+    except SpecError as exc:
+        parser.error(str(exc))
     prompts = tokenize(bench.tokenizer, load_prompt_texts(args.prompts)[: args.num_prompts])
     results = run_engine_bench(bench, prompts, args.max_tokens, concurrencies, args.k)
     console = make_console()

@@ -15,10 +15,19 @@ class Workload:
 
 def load_prompt_texts(path: Path) -> list[str]:
     """A .jsonl file with a "prompt" field per line, or a text file with one prompt per line."""
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    if path.suffix == ".jsonl":
-        return [json.loads(line)["prompt"] for line in lines]
-    return lines
+    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    if path.suffix != ".jsonl":
+        return [line for _, line in lines]
+    prompts = []
+    for n, line in lines:
+        try:
+            prompt = json.loads(line).get("prompt")
+        except (json.JSONDecodeError, AttributeError):
+            prompt = None
+        if not isinstance(prompt, str):
+            raise ValueError(f'{path}:{n}: expected a JSON object with a "prompt" string')
+        prompts.append(prompt)
+    return prompts
 
 
 def tokenize(tokenizer: Any, texts: list[str]) -> list[list[int]]:
