@@ -154,22 +154,28 @@ typedef struct {
 #define ROWS4(F) ROWS3(F) F(3)
 #define ROWS5(F) ROWS4(F) F(4)
 #define ROWS6(F) ROWS5(F) F(5)
-#define MICRO_FOR(TARGET, NAME, ROWS)                                                       \
+#define YMM_W                                                                               \
+    const __m256 w0 = _mm256_loadu_ps(w + k * NR);                                          \
+    const __m256 w1 = _mm256_loadu_ps(w + k * NR + 8);
+/* A register block's kernel: ROWS of x times kn k steps of a panel, with the registers' INIT,
+ * W (the k step's weights), FMA and STORE (the ymm ones above, the zmm ones below). */
+#define BLOCK_FOR(TARGET, NAME, ROWS, INIT, W, FMA, STORE)                                  \
     __attribute__((target(TARGET))) static void NAME(                                       \
         const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc,     \
         int load, const float *pf, int pf_shift, const float *far, const float *nta)        \
     {                                                                                       \
-        ROWS(ROW_INIT)                                                                      \
+        ROWS(INIT)                                                                          \
         for (int64_t k = 0; k < kn; k++) {                                                  \
             if (pf) _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);   \
             if (far) _mm_prefetch((const char *)(far + k * NR), _MM_HINT_T1);               \
             if (nta) _mm_prefetch((const char *)(nta + k * NR), _MM_HINT_NTA);              \
-            const __m256 w0 = _mm256_loadu_ps(w + k * NR);                                  \
-            const __m256 w1 = _mm256_loadu_ps(w + k * NR + 8);                              \
-            ROWS(ROW_FMA)                                                                   \
+            W                                                                               \
+            ROWS(FMA)                                                                       \
         }                                                                                   \
-        ROWS(ROW_STORE)                                                                     \
+        ROWS(STORE)                                                                         \
     }
+#define MICRO_FOR(TARGET, NAME, ROWS)                                                       \
+    BLOCK_FOR(TARGET, NAME, ROWS, ROW_INIT, YMM_W, ROW_FMA, ROW_STORE)
 #define MICRO(NAME, ROWS) MICRO_FOR("avx2,fma", NAME, ROWS)
 MICRO(micro1, ROWS1)
 MICRO(micro2, ROWS2)
@@ -207,21 +213,9 @@ TALL(tall14, ROWS14)
 #define Z_INIT(i) __m512 z##i = load ? _mm512_loadu_ps(c + (i) * ldc) : _mm512_setzero_ps();
 #define Z_FMA(i) z##i = _mm512_fmadd_ps(_mm512_set1_ps(x[(i) * ldx + k]), w0, z##i);
 #define Z_STORE(i) _mm512_storeu_ps(c + (i) * ldc, z##i);
+#define ZMM_W const __m512 w0 = _mm512_loadu_ps(w + k * NR);
 #define ZMICRO(NAME, ROWS)                                                                  \
-    __attribute__((target("avx512f,avx2,fma"))) static void NAME(                           \
-        const float *x, int64_t ldx, const float *w, int64_t kn, float *c, int64_t ldc,     \
-        int load, const float *pf, int pf_shift, const float *far, const float *nta)        \
-    {                                                                                       \
-        ROWS(Z_INIT)                                                                        \
-        for (int64_t k = 0; k < kn; k++) {                                                  \
-            if (pf) _mm_prefetch((const char *)(pf + (k >> pf_shift) * NR), _MM_HINT_T0);   \
-            if (far) _mm_prefetch((const char *)(far + k * NR), _MM_HINT_T1);               \
-            if (nta) _mm_prefetch((const char *)(nta + k * NR), _MM_HINT_NTA);              \
-            const __m512 w0 = _mm512_loadu_ps(w + k * NR);                                  \
-            ROWS(Z_FMA)                                                                     \
-        }                                                                                   \
-        ROWS(Z_STORE)                                                                       \
-    }
+    BLOCK_FOR("avx512f,avx2,fma", NAME, ROWS, Z_INIT, ZMM_W, Z_FMA, Z_STORE)
 ZMICRO(zmicro1, ROWS1)
 ZMICRO(zmicro2, ROWS2)
 ZMICRO(zmicro3, ROWS3)
