@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from daemon.runtime.model import skinny
+from daemon.runtime.model import linear, native, skinny
 
 
 def _cpu_model() -> str:
@@ -43,8 +43,9 @@ def _cpu_family() -> str | None:
 
 
 def _kernel_paths() -> dict[str, object] | None:
-    """The skinny GEMM's paths on this machine (None: not built)."""
-    if not skinny.available():
+    """The skinny GEMM's paths on this machine (None: not built, or switched off)."""
+    in_use = native.enabled() and os.environ.get(linear.SKINNY_ENV, "1") != "0"
+    if not (skinny.available() and in_use):
         return None
     return {"wide_min_rows": skinny.wide_min_rows(), "zmm_blocks": skinny.zmm_blocks()}
 
@@ -77,3 +78,25 @@ def describe_machine(threads: int | None) -> dict[str, object]:
         "torch_threads": threads or torch.get_num_threads(),
         "onednn": torch.backends.mkldnn.is_available(),
     }
+
+
+def machine_line(machine: dict[str, object]) -> str:
+    """One line of describe_machine's figures for a console: what the kernels ran on."""
+    family = f" ({machine['cpu_family']})" if machine.get("cpu_family") else ""
+    parts = [
+        f"{machine['cpu']}{family}, {machine['cores']} cores, "
+        f"{machine['torch_threads']} torch thread(s)"
+    ]
+    paths = machine.get("skinny_gemm")
+    if isinstance(paths, dict):
+        blocks = "512-bit" if paths["zmm_blocks"] else "256-bit"
+        wide = paths["wide_min_rows"]
+        parts.append(
+            f"skinny GEMM: {blocks} register blocks, "
+            + (f"AVX-512 path from {wide} rows" if wide else "no AVX-512 path")
+        )
+    else:
+        parts.append("skinny GEMM not built or switched off: torch's matmuls")
+    if machine.get("gpu"):
+        parts.append(f"GPU {machine['gpu']}")
+    return "; ".join(parts)

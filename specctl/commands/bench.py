@@ -10,6 +10,7 @@ import torch
 from rich.console import Console
 
 from bench.compare import BenchConfig, run_bench, write_report
+from bench.machine import describe_machine, machine_line
 from bench.report import plot_report, print_report
 from specctl.console import make_console
 from specctl.demo_pair import DEMO_PROMPTS_CODE, DEMO_PROMPTS_PROSE, REPO_ROOT, require_demo_pair
@@ -117,6 +118,7 @@ def run_bench_command(
     console = make_console()
     if cfg.threads:  # before the cost calibration, so that it measures what the bench runs
         torch.set_num_threads(cfg.threads)
+    console.print(f"[bold]machine[/bold] {machine_line(describe_machine(cfg.threads))}")
     targets = resolve_targets(shape, target, cost_ratio, cfg.out_dir, console)
     reports = []
     for name, path in targets.items():

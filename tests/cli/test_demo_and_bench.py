@@ -62,6 +62,9 @@ def test_bench_writes_report(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["machine"]["cores"] >= 1 and data["machine"]["torch_threads"] == 1
+    paths = data["machine"]["skinny_gemm"]  # which kernel paths ran (None: not built)
+    assert paths is None or set(paths) == {"wide_min_rows", "zmm_blocks"}
+    assert "machine" in proc.stdout and "torch thread(s)" in proc.stdout
     (report,) = data["shapes"]
     assert report["shape"] == "custom"
     modes = {(r["mode"], r["concurrency"], r["prompts"]) for r in report["rows"]}
