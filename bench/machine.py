@@ -9,37 +9,21 @@ import torch
 from daemon.runtime.model import linear, native, skinny
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+def _cpu_model(cpu: dict[str, str]) -> str:
+    return cpu.get("model name") or platform.processor() or "unknown"
 
 
-def _cpu_flags() -> list[str]:
+def _cpu_flags(cpu: dict[str, str]) -> list[str]:
     wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "fma")
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
-    )
+    flags = cpu.get("flags", "").split()
     return [f for f in wanted if f in flags]
 
 
-def _cpu_family() -> str | None:
+def _cpu_family(cpu: dict[str, str]) -> str | None:
     """The vendor and "family/model" of the first processor (the model name, "AMD EPYC" in a VM,
     does not tell Zen 4 from Zen 5, whose kernels differ: skinny.py)."""
-    try:
-        fields = skinny.first_cpu_fields(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return None
-    vendor, family = fields.get("vendor_id"), fields.get("cpu family")
-    return f"{vendor} {family}/{fields.get('model')}" if vendor and family else None
+    vendor, family = cpu.get("vendor_id"), cpu.get("cpu family")
+    return f"{vendor} {family}/{cpu.get('model')}" if vendor and family else None
 
 
 def _kernel_paths() -> dict[str, object] | None:
@@ -64,10 +48,11 @@ def describe_machine(threads: int | None) -> dict[str, object]:
     gpu = None
     if torch.cuda.is_available():
         gpu = torch.cuda.get_device_name(0)
+    cpu = skinny.first_cpu_fields(skinny.cpuinfo_text())  # the first processor's fields
     return {
-        "cpu": _cpu_model(),
-        "cpu_family": _cpu_family(),
-        "cpu_flags": _cpu_flags(),
+        "cpu": _cpu_model(cpu),
+        "cpu_family": _cpu_family(cpu),
+        "cpu_flags": _cpu_flags(cpu),
         "skinny_gemm": _kernel_paths(),
         "cores": os.cpu_count(),
         "memory_gib": _memory_gib(),

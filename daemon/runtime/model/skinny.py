@@ -103,7 +103,8 @@ def prefers_512bit_blocks(cpuinfo: str) -> bool:
     return _amd_avx512_family(cpuinfo) >= 26
 
 
-def _cpuinfo() -> str:
+def cpuinfo_text() -> str:
+    """/proc/cpuinfo's text ("" where it cannot be read)."""
     try:
         return Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -113,13 +114,13 @@ def _cpuinfo() -> str:
 @functools.cache
 def default_wide_min_rows() -> int:
     """WIDE_MIN_ROWS, or WIDE_MIN_ROWS_SPLIT_512 where the CPU splits 512-bit operations."""
-    return WIDE_MIN_ROWS_SPLIT_512 if splits_512bit_ops(_cpuinfo()) else WIDE_MIN_ROWS
+    return WIDE_MIN_ROWS_SPLIT_512 if splits_512bit_ops(cpuinfo_text()) else WIDE_MIN_ROWS
 
 
 @functools.cache
 def default_zmm_blocks() -> bool:
     """Whether this CPU runs the small register blocks in 512-bit registers by default."""
-    return prefers_512bit_blocks(_cpuinfo())
+    return prefers_512bit_blocks(cpuinfo_text())
 
 
 def zmm_blocks() -> bool:
