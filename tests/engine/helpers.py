@@ -98,13 +98,20 @@ class DeltaCollector:
     def last(self, request_id: str) -> RequestDelta:
         return self.deltas(request_id)[-1]
 
+    def finished(self, ids: list[str]) -> bool:
+        with self.cond:
+            return self._all_finished(ids)
+
     def wait_finished(self, ids: list[str], timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         with self.cond:
-            while not all(any(d.finished for d in self._of(i)) for i in ids):
+            while not self._all_finished(ids):
                 left = deadline - time.monotonic()
                 assert left > 0, f"requests {ids} did not finish in {timeout_s} s"
                 self.cond.wait(left)
+
+    def _all_finished(self, ids: list[str]) -> bool:  # under self.cond
+        return all(any(d.finished for d in self._of(i)) for i in ids)
 
     def _of(self, request_id: str) -> list[RequestDelta]:
         return [d for o in self.outputs for d in o.deltas if d.request_id == request_id]
