@@ -9,6 +9,7 @@ from daemon.runtime.engine.acceptance import AcceptanceEstimate
 from daemon.runtime.engine.controller import (
     KEEP_CHOICE_ROUNDS,
     MIN_COST_SAMPLES,
+    PRICE_LAG_RECORDS,
     PROBE_EVERY,
     ControllerConfig,
     SpeculationController,
@@ -167,6 +168,70 @@ def test_kept_choices_leave_the_probes_on_schedule() -> None:
     chosen = [ctl.choose(ests, [8] * 4) for _ in range(2 * PROBE_EVERY)]
     probes = [i for i, ks in enumerate(chosen) if ks != [4] * 4]
     assert probes == [PROBE_EVERY - 1, 2 * PROBE_EVERY - 1], chosen
+
+
+def test_a_kept_choice_makes_its_probe() -> None:
+    """The probe due in a kept round is decided from the kept choice's reading: from the round
+    the choice was made in to the probe, none is made in full."""
+    assert KEEP_CHOICE_ROUNDS >= PROBE_EVERY  # the probe falls within a kept choice
+    ctl, ests = _speculating({1: 30.0, 2: 30.0, 5: 32.0, 9: 500.0})  # as above: k = 4
+    assert ctl.choose(ests, [8] * 4) == [4] * 4
+    made = ctl._last_choice
+    chosen = [ctl.choose(ests, [8] * 4) for _ in range(PROBE_EVERY - 1)]
+    assert chosen[:-1] == [[4] * 4] * (PROBE_EVERY - 2) and chosen[-1] != [4] * 4  # the probe
+    assert ctl._last_choice is made
+
+
+def test_round_prices_lag_a_few_samples_and_follow_a_new_length_at_once() -> None:
+    """The controller reads the round prices again after PRICE_LAG_RECORDS cost samples, or
+    at once when a sample adds a verify length, a drafting k or a batch size; meanwhile it
+    reads the ones it kept."""
+    ctl, _ = _speculating()
+    first = ctl._round_costs(4, 8)
+    assert first is not None and first == ctl.costs.round_costs(4, 8)
+    for _ in range(PRICE_LAG_RECORDS - 1):  # plain passes twice as dear, lengths known
+        ctl.costs.record_verify(4, 1, 60e-6)
+    assert ctl._round_costs(4, 8) is first
+    ctl.costs.record_verify(4, 1, 60e-6)
+    second = ctl._round_costs(4, 8)
+    assert second == ctl.costs.round_costs(4, 8) and second[0] > first[0]
+    ctl.costs.record_verify(4, 5, 31e-6)  # a length measured first
+    third = ctl._round_costs(4, 8)
+    assert third is not second and third == ctl.costs.round_costs(4, 8)
+    ctl.costs.record_draft(4, 3, 0.3e-6)  # a drafting k measured first
+    assert ctl._round_costs(4, 8) == ctl.costs.round_costs(4, 8)
+    ctl.costs.record_overhead(2, 0, 1e-6)  # a batch size first measured
+    assert ctl._round_costs(4, 8) is not third
+
+
+def test_a_plain_choice_made_for_a_drafter_behind_is_kept() -> None:
+    """Drafting pays at its steady price, but the drafter is 64 tokens behind with 20 tokens
+    a row left: the catch-up makes plain decoding the choice, and the next rounds of the
+    batch keep it rather than making it again. The price at which it would flip counts the
+    catch-up too (without it, plain rounds priced at 1 ms 'flipped' at once)."""
+    ctl = SpeculationController(ControllerConfig(max_k=4, adaptive=True))
+    for _ in range(MIN_COST_SAMPLES):
+        for length, seconds in ((1, 1e-3), (2, 1.05e-3), (5, 1.3e-3)):
+            ctl.costs.record_verify(4, length, seconds)
+    ctl.costs.record_draft(4, 1, 1e-4)
+    ctl.costs.record_draft(4, 2, 2e-4)
+    for behind in (16, 32, 16, 32):  # feeding costs 0.1 ms a token behind
+        ctl.costs.record_catch_up(4, 1, behind, 1e-4 + 1e-4 * behind)
+    ests = [ctl.new_estimate() for _ in range(4)]
+    for i in range(40):
+        for est in ests:
+            ctl.observe(est, 1, i % 2)
+    assert max(ctl.choose(ests, [4] * 4)) >= 1  # nothing behind: speculation pays
+    ctl._kept_batch = None
+    for est in ests:  # new rounds of the batch's estimates, as after plain rounds
+        ctl.observe(est, 1, 1)
+    assert ctl.choose(ests, [4] * 4, behind=[64] * 4, left=[20] * 4) == [0] * 4
+    kept = ctl._plain_batch
+    plain = ctl._round_costs(4, 0)
+    assert kept is not None and plain is not None and plain[0] <= ctl._plain_flip_cost
+    for _ in range(3):
+        assert ctl.choose(ests, [4] * 4, behind=[70] * 4, left=[18] * 4) == [0] * 4
+        assert ctl._plain_batch is kept  # kept, not made again
 
 
 def test_the_engine_reports_the_controllers_time(

@@ -78,8 +78,15 @@ with a long backlog, a small gain is not worth starting for; where much is left,
 The choice is Python, ~0.1 ms of it a round inside an engine (a cold cache after the passes):
 where a round takes 1-3 ms (the demo-size targets on a GPU, the demo pair on a CPU) that was
 3-5% of adaptive's time, and fixed k beat it by as much at the same k. So the cost model keeps
-its lines and tables between rounds (cost_model.py), and a speculative choice is kept for up
-to KEEP_CHOICE_ROUNDS rounds of the same batch (_keeps_speculating).
+its lines and tables between rounds (cost_model.py), the controller keeps the round prices it
+read for a few rounds' samples (_round_costs), a speculative choice is kept for up to
+KEEP_CHOICE_ROUNDS rounds of the same batch, its probes included (_keeps_speculating), and a
+plain one until its next exploration or until plain rounds get dear enough to lose
+(_keeps_plain). With the demo pair on a CPU (rounds of ~1 ms at batch 1, as the demo-size
+targets' on an H200), the choice took 37-132 us a round at 1, 4 and 16 sequences (~85 us in
+full at batch 1, made 1 round in 3; every plain round at 4 sequences made it in full), now
+19-43 us; adaptive over target-only, paired, 1.02-1.07x what it was at 5 of 6 cells (code and
+prose), 0.99x at the sixth.
 A sequence's own estimate is shrunk towards the engine-wide one by PRIOR_WEIGHT
 pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of speculating.
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
@@ -104,11 +111,12 @@ EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
 EXPLORE_BUDGET = 0.02  # their predicted loss, as a share of the time in plain rounds between
 MAX_EXPLORE_EVERY = 512  # ... but never more rounds than this apart (a loss mispredicted)
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
-KEEP_CHOICE_ROUNDS = 4  # rounds of the same batch a speculative choice is made for at most
+KEEP_CHOICE_ROUNDS = 8  # rounds of the same batch a speculative choice is made for at most
 KEEP_CHOICE_SHARE = 0.01  # ... where making it took this share of its round's price or more
 MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
 STALE_SLACK = 0.15  # an out-of-date length is measured again if this much cheaper would win
 SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
+PRICE_LAG_RECORDS = 16  # cost samples (five rounds' or more) a kept round price may lag behind
 
 
 @dataclass(slots=True)
@@ -136,6 +144,9 @@ class SpeculationController:
     _last_choice: tuple[list[float], float, list[float]] | None = None
     # plain rounds an exploratory round must wait for (EXPLORE_EVERY unless it costs more)
     _explore_every: int = EXPLORE_EVERY
+    # batch size -> (the cost model's records, and its new-shape records, when they were
+    # priced; round costs for k = 0..max_k): _round_costs
+    _prices: dict[int, tuple[int, int, list[float]]] = field(default_factory=dict)
     # the estimates of a batch for which plain decoding was chosen with every cost known:
     # until its next exploratory round no estimate moves (no drafts), and the same batch
     # keeps the choice without recomputing it (at 16 sequences the choice took ~0.24 ms of
@@ -177,9 +188,12 @@ class SpeculationController:
             return [0] * len(estimates)
         if self._keeps_speculating(estimates):
             self._kept_rounds += 1
-            self._rounds_since_probe += 1
-            k = self._kept_k
-            return [min(k, cap, limit) for cap, limit in zip(self._kept_caps, limits, strict=True)]
+            kept_k, caps = self._kept_k, self._kept_caps
+            # the probes stay on schedule, priced from the kept choice's reading
+            k = self._explore(kept_k, max(limits, default=0), len(estimates), max(caps))
+            if k > kept_k:  # a probe (as below)
+                return [min(k, limit) for limit in limits]
+            return [min(k, cap, limit) for cap, limit in zip(caps, limits, strict=True)]
         started = time.perf_counter()
         self._plain_batch = None
         self._kept_batch = None
@@ -191,7 +205,7 @@ class SpeculationController:
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
         if k == 0 and best_k == 0 and self._last_choice is not None:  # not a probe of plain
             self._plain_batch = list(estimates)
-            self._plain_flip_cost = self._flip_cost(len(estimates))
+            self._plain_flip_cost = self._flip_cost(len(estimates), switch)
         if k > best_k:  # a probe: past where the estimates stop drafting too (else it never
             # learns that a position got better), within the limits
             return [min(k, limit) for limit in limits]
@@ -204,30 +218,39 @@ class SpeculationController:
 
     def _keeps_speculating(self, estimates: list[AcceptanceEstimate]) -> bool:
         """Whether this round keeps the last speculative choice (made for the same batch, in
-        order, fewer than KEEP_CHOICE_ROUNDS rounds ago, with no probe due): the choice took
-        ~0.1 ms of Python a round in an engine (a GPU round of the demo-size targets takes
-        ~1 ms; at batch 1 on a CPU adaptive's rounds were 0.1-0.15 ms slower than fixed k's
-        at the same k), while a round moves a sequence's estimate by at most 5% of a round's
-        weight (SEQUENCE_DECAY) and a length's price by one sample of NUM_RECENT: a choice
-        made a few rounds ago is the choice of now, or about as good. New sequences, finished
-        ones and the probes' rounds make it again at once. Only where making the choice took
-        KEEP_CHOICE_SHARE of the round's price or more is it kept at all: in a round of 10 ms
-        or more there is little to save, and the choice of each round is the best one."""
+        order, fewer than KEEP_CHOICE_ROUNDS rounds ago): the choice took ~0.1 ms of Python a
+        round in an engine (a GPU round of the demo-size targets takes ~1 ms; at batch 1 on a
+        CPU adaptive's rounds were 0.1-0.15 ms slower than fixed k's at the same k), while a
+        round moves a sequence's estimate by at most 5% of a round's weight (SEQUENCE_DECAY)
+        and a length's price by one sample of NUM_RECENT: a choice made a few rounds ago is
+        the choice of now, or about as good. New sequences and finished ones make it again at
+        once. A probe due in a kept round is decided from the kept choice's reading (it made
+        the choice in full, and so did the round after it: with keeping for 4 rounds, 3 rounds
+        in 8 at batch 1 made it in full). Kept for 8 rounds rather than 4, the choices of a
+        simulated controller over the demo pair's measured draft agreement emitted as many
+        tokens a ms (within 1-2%, either way, code and prose). Only where making the choice
+        took KEEP_CHOICE_SHARE of the round's price or more is it kept at all: in a round of
+        10 ms or more there is little to save, and the choice of each round is the best one."""
         kept = self._kept_batch
         return (
             kept is not None
             and self._kept_rounds + 1 < KEEP_CHOICE_ROUNDS
-            and self._rounds_since_probe + 1 < PROBE_EVERY
             and len(kept) == len(estimates)
             and all(a is b for a, b in zip(kept, estimates, strict=True))
         )
 
-    def _flip_cost(self, batch: int) -> float:
+    def _flip_cost(self, batch: int, switch: float) -> float:
         """The plain round's price above which the last choice's best speculative rate would
-        beat plain decoding by the margin (inf: no speculative length was priced)."""
+        beat plain decoding by the margin (inf: no speculative length was priced); each rate
+        pays the switch price as _best_k's did. Left out, a batch whose drafter was behind (after
+        plain rounds, its rows are) flipped at a price below the one it chose plain at, and
+        each of its plain rounds made the choice again: with the demo pair at 4 sequences,
+        185 of 291 plain rounds. Plain rounds only put the drafter further behind and leave
+        fewer tokens to spread its catch-up over, so the switch price of the choice is a
+        floor of theirs."""
         assert self._last_choice is not None
         tokens, _, costs = self._last_choice
-        rates = [tokens[k] / max(costs[k], 1e-9) for k in range(1, len(costs))]
+        rates = [tokens[k] / max(costs[k] + switch * tokens[k], 1e-9) for k in range(1, len(costs))]
         best = max(rates, default=0.0)
         return (1.0 + SPECULATION_MARGIN) * batch / best if best > 0.0 else math.inf
 
@@ -242,8 +265,33 @@ class SpeculationController:
             and self._rounds_without_spec + 1 < self._explore_every
             and max(limits, default=0) > 0
             and all(a is b for a, b in zip(kept, estimates, strict=True))
-            and (self.costs.round_cost(len(estimates), 0) or 0.0) <= self._plain_flip_cost
+            and (self._round_costs(len(estimates), 0) or [0.0])[0] <= self._plain_flip_cost
         )
+
+    def _round_costs(self, batch: int, max_k: int) -> list[float] | None:
+        """Round costs at this batch size for k = 0..max_k or more (CostModel.round_costs), kept
+        while the cost model has recorded fewer than PRICE_LAG_RECORDS samples since, none of
+        them of a new batch size, length or k. Pricing every round from its samples took
+        30-50 us of Python in an engine (a cold cache after the passes; 65 us for a whole
+        choice), and a kept plain choice priced plain rounds every round too: with the demo
+        pair on a CPU, where a round takes ~1 ms as the demo-size targets' do on an H200,
+        adaptive's plain rounds cost 0.88 ms where target-only's cost 0.81. One round's samples
+        move a price by about one sample of NUM_RECENT: a price a few rounds old is the price
+        of now. A new shape (a length first measured, a spell's samples replaced) moves it at
+        once."""
+        costs = self.costs
+        kept = self._prices.get(batch)
+        if (
+            kept is not None
+            and kept[1] == costs.new_shape_records
+            and costs.records - kept[0] < PRICE_LAG_RECORDS
+            and len(kept[2]) > max_k
+        ):
+            return kept[2]
+        priced = costs.round_costs(batch, max(max_k, self.config.max_k))
+        if priced is not None:
+            self._prices[batch] = (costs.records, costs.new_shape_records, priced)
+        return priced
 
     def _explore(self, best_k: int, max_k: int, batch: int, max_cap: int) -> int:
         """Now and then one position further than the estimates say, to keep them current;
@@ -373,8 +421,9 @@ class SpeculationController:
         if not self.costs.knows_plain_cost(batch):  # plain decoding never measured: measure it
             return 0
         max_cap = max(caps, default=0)
-        costs = self.costs.round_costs(batch, max_cap)  # [max_cap + 1], k = 0..max_cap
-        assert costs is not None
+        priced = self._round_costs(batch, max_cap)
+        assert priced is not None
+        costs = priced[: max_cap + 1]  # [max_cap + 1], k = 0..max_cap
         # where speculation is predicted to pay less than the margin, its prediction's errors
         # and its probes would lose more than it can gain: plain decoding
         best_k, best_rate = 0, (1.0 + SPECULATION_MARGIN) * batch / max(costs[0], 1e-9)

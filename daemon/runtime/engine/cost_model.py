@@ -128,6 +128,11 @@ class CostModel:
     _overhead_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
     # batch size -> its catch-up line (catch-ups are rare; the controller reads it each round)
     _catch_up_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # Every drafting, verify and overhead sample recorded so far, and those of them that added
+    # a batch size, a verify length or a drafting k, or replaced a length's samples: how far
+    # behind the samples a price the controller keeps between rounds is (controller.py)
+    records: int = 0
+    new_shape_records: int = 0
 
     # -- recording --------------------------------------------------------------------------
     def record_draft(self, batch_size: int, num_steps: int, seconds: float) -> None:
@@ -135,6 +140,9 @@ class CostModel:
             rounds = self.draft_rounds.get(batch_size, 0) + 1
             self.draft_rounds[batch_size] = rounds
             per_k = self.draft_samples.setdefault(batch_size, {})
+            self.records += 1
+            if num_steps not in per_k:
+                self.new_shape_records += 1
             per_k.setdefault(num_steps, deque(maxlen=NUM_RECENT_DRAFT_PER_K)).append(
                 (rounds, seconds)
             )
@@ -160,12 +168,16 @@ class CostModel:
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
         per_len = self.verify_samples.setdefault(batch_size, {})
+        self.records += 1
+        if tokens_per_seq not in per_len:
+            self.new_shape_records += 1
         samples = per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT))
         since = self.passes_since(batch_size, tokens_per_seq)
         replaced = self.verify_replaced.setdefault(batch_size, {})
         if since is not None and since > STALE_PASSES:  # another spell's: this pass replaces them
             replaced[tokens_per_seq] = self._verify_median(batch_size, tokens_per_seq)
             samples.clear()
+            self.new_shape_records += 1
         if len(samples) >= MIN_SPEED_REFERENCE:
             reference = self._verify_median(batch_size, tokens_per_seq)
             if reference > 0.0:
@@ -179,6 +191,9 @@ class CostModel:
 
     def record_overhead(self, batch_size: int, k: int, seconds: float) -> None:
         """A round's time outside its forward passes; k: the most drafts it asked a row for."""
+        self.records += 1
+        if batch_size not in self.overhead_samples:
+            self.new_shape_records += 1
         samples = self.overhead_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
         by_k = self._overhead_by_k.setdefault(batch_size, {})
         if len(samples) == samples.maxlen:  # the oldest sample leaves the window
