@@ -70,6 +70,10 @@ class Row:
     note: str = ""
     ratio: float | None = None  # tokens/s over specctl target-only at the same concurrency
     repeats: list[float] = field(default_factory=list)  # each repeat's tokens/s, in run order
+    # specctl's rows (the median repeat's): time a round spends outside its forward passes,
+    # and the part of it the controller took choosing k (None: a peer's row)
+    overhead_per_round_ms: float | None = None
+    choose_per_round_us: float | None = None
 
 
 def from_run(r: RunResult, prompts: str) -> Row:
@@ -86,6 +90,8 @@ def from_run(r: RunResult, prompts: str) -> Row:
         r.num_tokens,
         note,
         repeats=list(r.repeats_in_order),
+        overhead_per_round_ms=r.overhead_per_round_ms,
+        choose_per_round_us=r.choose_per_round_us,
     )
 
 

@@ -117,6 +117,9 @@ def test_bench_samples_at_a_temperature(tmp_path: Path) -> None:
     spec = [r for r in report["rows"] if r["mode"] == "spec k=2"]
     assert len(spec) == 2 and all(r["acceptance_rate"] is not None for r in spec)
     assert all(r["num_tokens"] == 12 for r in report["rows"])
+    # every specctl row carries its time outside the passes and the controller's share of it
+    for r in report["rows"]:
+        assert 0.0 < r["choose_per_round_us"] < 1000.0 * r["overhead_per_round_ms"], r
     assert "sampled at T = 0.8, seeded" in proc.stdout
     assert (
         "sampled outputs are draws" in proc.stdout and "identical to target-only" not in proc.stdout
