@@ -199,9 +199,11 @@ def test_round_prices_lag_a_few_samples_and_follow_a_new_length_at_once() -> Non
     third = ctl._round_costs(4, 8)
     assert third is not second and third == ctl.costs.round_costs(4, 8)
     ctl.costs.record_draft(4, 3, 0.3e-6)  # a drafting k measured first
-    assert ctl._round_costs(4, 8) == ctl.costs.round_costs(4, 8)
+    fourth = ctl._round_costs(4, 8)
+    assert fourth is not third and fourth == ctl.costs.round_costs(4, 8)
+    assert ctl._round_costs(4, 8) is fourth
     ctl.costs.record_overhead(2, 0, 1e-6)  # a batch size first measured
-    assert ctl._round_costs(4, 8) is not third
+    assert ctl._round_costs(4, 8) is not fourth
 
 
 def test_a_plain_choice_made_for_a_drafter_behind_is_kept() -> None:
