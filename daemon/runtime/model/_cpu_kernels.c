@@ -978,6 +978,84 @@ __attribute__((target("avx2,fma"))) static inline void g_values4(__m256d sc, uin
     _mm256_storeu_pd(v, _mm256_add_pd(sc, _mm256_mul_pd(_mm256_set1_pd(scale), noise)));
 }
 
+/* Bounds on exp(x) for the searches' tests of what could win, a few steps each where exp()
+ * takes tens: with y = x log2(e) = k + f (k an integer, f in [0, 1)), 1 + f ln 2 + (f ln 2)^2
+ * / 2 <= 2^f <= 1 + f (2^f is convex, and e^t >= 1 + t + t^2 / 2 for t >= 0). Within 7% above,
+ * 3% below; y's rounding is covered by moving it 1e-12 (relative) the safe way. */
+static inline double g_pow2(int64_t k) /* 2^k, k in [-1022, 1023] */
+{
+    const uint64_t bits = (uint64_t)(k + 1023) << 52;
+    double out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static inline double g_exp_above(double x)
+{
+    if (!(x < 700.0)) return x != x ? x : INFINITY;
+    if (x < -700.0) return 0x1p-1000; /* above exp(-700) */
+    double y = x * 1.4426950408889634;
+    y += 1e-12 * (fabs(y) + 1.0);
+    const double k = floor(y);
+    return g_pow2((int64_t)k) * (1.0 + (y - k));
+}
+
+static inline double g_exp_below(double x)
+{
+    if (!(x > -700.0)) return 0.0;
+    if (x > 700.0) return 0x1p1000; /* below exp(700) */
+    double y = x * 1.4426950408889634;
+    y -= 1e-12 * (fabs(y) + 1.0);
+    const double k = floor(y), t = (y - k) * 0.6931471805599453 * (1.0 - 1e-12);
+    return g_pow2((int64_t)k) * (1.0 + t + 0.5 * t * t);
+}
+
+/* Of a block's entries that pass its floor (bits of pass; raw scores row[0 .. n), the short
+ * last block's last group in tail; block word w, em <= exp(-m)), those whose noise could still
+ * lift them past the value: g_could_win's test an entry down. Entry j wins a place when
+ * s_j + scale N_j > value, N_j = -log(em + E_j), E_j = -log u_j: when em + E_j <
+ * exp((s_j - value) / scale). Since E_j >= 1 - u_j, and exp((s_j - value) / scale) <=
+ * A / (1 + d_j + d_j^2 / 2) with A = exp((top - value) / scale) over the block's largest
+ * score top and d_j = (top - s_j) / scale, only where (1 + em - u_j)(1 + d_j + d_j^2 / 2) < A.
+ * The others' logs are never taken. */
+__attribute__((target("avx2,fma"))) static uint64_t g_entries_could_win(const GRace *g,
+                                                                       const float *row,
+                                                                       int64_t n,
+                                                                       const double *tail,
+                                                                       uint64_t w, double em,
+                                                                       uint64_t pass)
+{
+    if (!pass) return pass;
+    double top = -INFINITY;
+    for (uint64_t left = pass; left; left &= left - 1) {
+        const double x = (double)row[__builtin_ctzll(left)];
+        top = x > top ? x : top;
+    }
+    const double a = g_exp_above((top - g->value) / g->scale);
+    if (!(a < INFINITY)) return pass;
+    const __m256d one_em = _mm256_set1_pd(1.0 + em), one = _mm256_set1_pd(1.0);
+    const __m256d half = _mm256_set1_pd(0.5), inv = _mm256_set1_pd(1.0 / g->scale);
+    const __m256d rhs = _mm256_set1_pd(a * (1.0 + 1e-9) + 1e-12), top4 = _mm256_set1_pd(top);
+    const __m256i salted = _mm256_set1_epi64x((int64_t)(w ^ G_ENTRY_SALT));
+    const uint64_t any = (pass | pass >> 1 | pass >> 2 | pass >> 3) & 0x1111111111111111ULL;
+    for (uint64_t left = any; left; left &= left - 1) {
+        const int64_t g4 = __builtin_ctzll(left) / 4;
+        const __m256d x = 4 * g4 + 4 <= n ? _mm256_cvtps_pd(_mm_loadu_ps(row + 4 * g4))
+                                          : _mm256_loadu_pd(tail);
+        const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(4 * g4 + 1),
+                                               _mm256_set_epi64x(3, 2, 1, 0));
+        const __m256d u =
+            g_uniform4(g_mix64x4(_mm256_add_epi64(salted, g_mul64(index, G_GAMMA))));
+        const __m256d d = _mm256_mul_pd(_mm256_sub_pd(top4, x), inv);
+        const __m256d lhs = _mm256_mul_pd(
+            _mm256_sub_pd(one_em, u),
+            _mm256_fmadd_pd(_mm256_mul_pd(half, d), d, _mm256_add_pd(one, d)));
+        const uint64_t keep = (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(lhs, rhs, _CMP_LT_OQ));
+        pass &= ~(0xFULL << (4 * g4)) | keep << (4 * g4);
+    }
+    return pass;
+}
+
 /* Block b (its word w, largest noise m at a): the entry holding m first (no log to draw it),
  * whose value prunes the others, then those that can still win. Raw scores: which groups of 4
  * entries can win is decided against the value at that point, then their noise is drawn with
@@ -990,8 +1068,8 @@ __attribute__((target("avx2,fma"))) static int g_block(GRace *g, int64_t b, uint
     const float *row = g->scores + base;
     if (row[a] != row[a]) return 0;
     g_offer(g, g_score(row[a], g->are_probs) + g->scale * m, base + a);
-    const double em = exp(-m);
     if (g->are_probs) { /* p past exp(value - scale m) (a little less, for rounding) can win */
+        const double em = exp(-m);
         double floor_p = exp(g->value - g->scale * m) * (1.0 - 1e-9);
         for (int64_t j = 0; j < n; j++) {
             const double raw = (double)row[j];
@@ -1004,40 +1082,46 @@ __attribute__((target("avx2,fma"))) static int g_block(GRace *g, int64_t b, uint
         }
         return 1;
     }
-    /* an entry's noise is at most m: only a score past value - scale * m can win */
+    /* an entry's noise is at most m: only a score past value - scale * m can win. Which
+     * entries can, as bits (entry j: bit j), with no branch per group of 4: whether one
+     * passes is a coin toss */
     const __m256d floor4 = _mm256_set1_pd(g->value - g->scale * m);
-    double sc[G_BLOCK], v[G_BLOCK];
-    int mask[G_BLOCK / 4], live[G_BLOCK / 4], num_live = 0;
-    for (int64_t q = 0; 4 * q < n; q++) {
-        __m256d x;
-        if (4 * q + 4 <= n) {
-            const __m128 raw = _mm_loadu_ps(row + 4 * q);
-            if (_mm_movemask_ps(_mm_cmpunord_ps(raw, raw))) return 0;
-            x = _mm256_cvtps_pd(raw);
-        } else { /* the vocabulary's short last block */
-            double tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-            for (int64_t l = 0; 4 * q + l < n; l++) {
-                if (row[4 * q + l] != row[4 * q + l]) return 0;
-                tail[l] = (double)row[4 * q + l];
-            }
-            x = _mm256_loadu_pd(tail);
-        }
-        int bits = _mm256_movemask_pd(_mm256_cmp_pd(x, floor4, _CMP_GT_OQ));
-        if (a / 4 == q) bits &= ~(1 << (a % 4)); /* offered already */
-        if (!bits) continue;
-        _mm256_storeu_pd(sc + 4 * q, x);
-        mask[num_live] = bits;
-        live[num_live++] = (int)q;
+    uint64_t pass = 0;
+    int nan = 0;
+    int64_t q = 0;
+    for (; 4 * q + 4 <= n; q++) {
+        const __m128 raw = _mm_loadu_ps(row + 4 * q);
+        nan |= _mm_movemask_ps(_mm_cmpunord_ps(raw, raw));
+        const __m256d x = _mm256_cvtps_pd(raw);
+        pass |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(x, floor4, _CMP_GT_OQ)) << (4 * q);
     }
-    for (int i = 0; i < num_live; i++) {
-        const int q = live[i];
-        g_values4(_mm256_loadu_pd(sc + 4 * q), w, em, g->scale, 4 * q, v + 4 * q);
-    }
-    for (int i = 0; i < num_live; i++) {
-        for (int l = 0; l < 4; l++) {
-            const int64_t j = 4 * live[i] + l;
-            if (mask[i] >> l & 1) g_offer(g, v[j], base + j);
+    double tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    if (4 * q < n) { /* the vocabulary's short last block */
+        for (int64_t l = 0; 4 * q + l < n; l++) {
+            nan |= row[4 * q + l] != row[4 * q + l];
+            tail[l] = (double)row[4 * q + l];
         }
+        const __m256d x = _mm256_loadu_pd(tail);
+        pass |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(x, floor4, _CMP_GT_OQ)) << (4 * q);
+    }
+    if (nan) return 0;
+    pass &= ~(1ULL << a); /* offered already */
+    pass = g_entries_could_win(g, row, n, tail, w, g_exp_below(-m), pass);
+    if (!pass) return 1;
+    const double em = exp(-m);
+    /* the groups of 4 holding one: their noise drawn with no step waiting on another's,
+     * then their values offered */
+    double v[G_BLOCK];
+    const uint64_t any = (pass | pass >> 1 | pass >> 2 | pass >> 3) & 0x1111111111111111ULL;
+    for (uint64_t left = any; left; left &= left - 1) {
+        const int64_t g4 = __builtin_ctzll(left) / 4;
+        const __m256d sc = 4 * g4 + 4 <= n ? _mm256_cvtps_pd(_mm_loadu_ps(row + 4 * g4))
+                                           : _mm256_loadu_pd(tail);
+        g_values4(sc, w, em, g->scale, 4 * g4, v + 4 * g4);
+    }
+    for (; pass; pass &= pass - 1) {
+        const int64_t j = __builtin_ctzll(pass);
+        g_offer(g, v[j], base + j);
     }
     return 1;
 }
@@ -1105,6 +1189,61 @@ __attribute__((target("avx2,fma"))) static inline void g_block_noise4(uint64_t k
     const __m256d x = _mm256_add_pd(n_c, _mm256_sub_pd(_mm256_setzero_pd(), g_log4(u)));
     const __m256d drawn = _mm256_sub_pd(_mm256_set1_pd(log((double)G_BLOCK)), g_log4(x));
     _mm256_storeu_pd(out, _mm256_min_pd(drawn, _mm256_set1_pd(ms)));
+}
+
+/* Of the listed whole blocks of a superblock (num, in order; c <= exp(-ms)), those whose largest
+ * noise could still lift them past the value, kept in order: the others are dropped without
+ * their noise drawn (two logs each; over flat scores most of a superblock's blocks can pass
+ * its floor, and few of them the value). Block b wins a place when top_b + scale M_b > value,
+ * M_b = log n - log(n c + E_b), E_b = -log u_b: that is when E_b < n (A_b - c), A_b =
+ * exp((score_b - value) / scale). Since E_b >= 1 - u_b, only where 1 + n c - u_b < n A_b. Raw
+ * scores: A_b = A exp(-d_b) <= A / (1 + d_b + d_b^2 / 2), with A = exp((top - value) / scale)
+ * over the listed blocks' largest score top and d_b = (top - top_b) / scale >= 0, so a block
+ * can pass only where (1 + n c - u_b)(1 + d_b + d_b^2 / 2) < n A. Probabilities at scale 1:
+ * A_b = p_b exp(-value), one product. No transcendental function a block; the margins
+ * (relative 1e-9, absolute 1e-12) are far above the rounding of these few steps, so every
+ * block that can pass is kept. Where n A is not finite (no value yet) all are kept. */
+__attribute__((target("avx2,fma"))) static int64_t g_could_win(const GRace *g, const float *top,
+                                                              int64_t *list, int64_t num,
+                                                              double c)
+{
+    if (!num || (g->are_probs && g->scale != 1.0)) return num;
+    const double n = (double)G_BLOCK;
+    float best = top[list[0]];
+    for (int64_t i = 1; i < num; i++) best = top[list[i]] > best ? top[list[i]] : best;
+    const double n_a =
+        n * g_exp_above(g->are_probs ? -g->value : ((double)best - g->value) / g->scale);
+    if (!(n_a < INFINITY)) return num;
+    const __m256d one_nc = _mm256_set1_pd(1.0 + n * c), one = _mm256_set1_pd(1.0);
+    const __m256d half = _mm256_set1_pd(0.5), inv = _mm256_set1_pd(1.0 / g->scale);
+    const __m256d rhs = _mm256_set1_pd(n_a * (1.0 + 1e-9) + 1e-12);
+    const __m256d top4 = _mm256_set1_pd((double)best);
+    for (int64_t l = num; l % 4; l++) list[l] = list[num - 1];
+    int64_t kept = 0;
+    for (int64_t i = 0; i < num; i += 4) {
+        const __m256i index = _mm256_loadu_si256((const __m256i *)(list + i));
+        const __m256d u = g_uniform4(g_mix64x4(_mm256_add_epi64(
+            _mm256_set1_epi64x((int64_t)g->key),
+            g_mul64(_mm256_add_epi64(index, _mm256_set1_epi64x(1)), G_GAMMA))));
+        const __m256d tb = _mm256_set_pd((double)top[list[i + 3]], (double)top[list[i + 2]],
+                                         (double)top[list[i + 1]], (double)top[list[i]]);
+        __m256d lhs = _mm256_sub_pd(one_nc, u), bound = rhs;
+        if (g->are_probs) {
+            bound = _mm256_mul_pd(rhs, tb);
+        } else {
+            const __m256d d = _mm256_mul_pd(_mm256_sub_pd(top4, tb), inv);
+            lhs = _mm256_mul_pd(lhs, _mm256_fmadd_pd(_mm256_mul_pd(half, d), d,
+                                                     _mm256_add_pd(one, d)));
+        }
+        int bits = _mm256_movemask_pd(_mm256_cmp_pd(lhs, bound, _CMP_LT_OQ));
+        const int64_t count = num - i < 4 ? num - i : 4;
+        bits &= (1 << count) - 1;
+        for (int64_t l = 0; l < count; l++) { /* kept in order, in place (kept <= i + l) */
+            list[kept] = list[i + l];
+            kept += bits >> l & 1;
+        }
+    }
+    return kept;
 }
 
 /* gumbel_row's scratch in 8-byte words for nb blocks: 5 ns + 3 nb + G_SUPER, then nb
@@ -1180,12 +1319,24 @@ __attribute__((target("avx2,fma"))) static void g_super(GRace *g, GHeap *h, cons
     const double floor_score = g->value - g->scale * ms;
     const double floor_raw =
         g->are_probs ? exp(floor_score) * (1.0 - 1e-9) : floor_score - 1e-9 * fabs(floor_score);
-    int64_t num = 0;
-    for (int64_t b = b0; b < b1; b++) { /* no branch: which blocks pass is a coin toss */
-        list[num] = b;
-        num += ((double)top[b] > floor_raw) & (b != done) & (b != top_block) & (b < whole);
+    /* which whole blocks pass, as bits (b0 + i: bit i), then listed in order */
+    const int64_t last = b1 < whole ? b1 : whole; /* whole blocks end here */
+    const __m256d floor4 = _mm256_set1_pd(floor_raw);
+    uint64_t pass = 0;
+    int64_t b = b0;
+    for (; b + 4 <= last; b += 4) {
+        const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(top + b));
+        pass |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(x, floor4, _CMP_GT_OQ)) << (b - b0);
     }
-    const double c = exp(-ms);
+    for (; b < last; b++) pass |= (uint64_t)((double)top[b] > floor_raw) << (b - b0);
+    if (done >= b0 && done < b1) pass &= ~(1ULL << (done - b0));
+    pass &= ~(1ULL << (top_block - b0));
+    int64_t num = 0;
+    for (; pass; pass &= pass - 1) list[num++] = b0 + __builtin_ctzll(pass);
+    num = g_could_win(g, top, list, num, g_exp_below(-ms));
+    const int last_short = b1 == nb && whole < nb && nb - 1 != top_block && nb - 1 != done &&
+                           (double)top[nb - 1] > floor_raw;
+    const double c = num || last_short ? exp(-ms) : 0.0; /* (used only where a noise is drawn) */
     /* one to three left over: the last one again, to fill a group of 4 (its noise drawn
      * twice, the same value) */
     for (int64_t l = num; l % 4; l++) list[l] = list[num - 1];
@@ -1199,8 +1350,7 @@ __attribute__((target("avx2,fma"))) static void g_super(GRace *g, GHeap *h, cons
         noise[top_block] = ms;
         list[num++] = top_block;
     }
-    if (b1 == nb && whole < nb && nb - 1 != top_block && nb - 1 != done &&
-        (double)top[nb - 1] > floor_raw) {
+    if (last_short) {
         const uint64_t w = g_mix64(g->key + (uint64_t)nb * G_GAMMA);
         noise[nb - 1] = g_block_noise1(w, (double)(g->V - whole * G_BLOCK), c, ms);
         list[num++] = nb - 1;
@@ -1254,7 +1404,9 @@ __attribute__((target("avx2,fma"))) static double g_one_block(uint64_t key, int6
  * rules most of the rest out. Then a heap of what can still win, superblocks at first, the
  * best taken off while its bound beats the best value: a superblock draws its blocks' noise
  * and puts those that can win on the heap, a block has its entries that can win looked at.
- * Only what holds a bound past the answer is drawn. maxima: the row's block maxima (or
+ * Only what holds a bound past the answer is drawn, and of that, only what a cheap bound
+ * (g_could_win, g_entries_could_win: no log) does not rule out. A hinted row opens every
+ * superblock that can beat the hint's value first (below). maxima: the row's block maxima (or
  * NULL: computed here); scratch: G_SCRATCH(nb) 8-byte words. are_probs: the scores are
  * probabilities, log p races. hint: a token likely to win (< 0: none), its value offered
  * first: the same answer, with less drawn where it wins. Returns the token (-1: every score
@@ -1337,8 +1489,22 @@ __attribute__((target("avx2,fma"))) static int64_t gumbel_row(const float *score
         const double m = g_one_block(key, done, V, super_max[top_super], t, &a);
         if (!g_block(&g, done, g_mix64(key + (uint64_t)(done + 1) * G_GAMMA), m, a)) return -2;
     }
+    if (hint >= 0 && hint < V) {
+        /* A hint's value is usually the answer's (a draft coupled to this field): every
+         * superblock that can beat it opens now, in order, its blocks that can win going on
+         * the heap and on their way to the cache, then the blocks, best first, while one can
+         * win. Taking the superblocks best first as well (below) spent more on a heap of them
+         * than it kept closed where the value is already the answer's. */
+        for (s = 0; s < ns; s++) {
+            if (!(super_bound[s] > g.value)) continue;
+            const int64_t t = g_place(g_super_word(key, s), g_super_size(s, nb, V));
+            top_block[s] = t;
+            g_super(&g, &h, maxima, s, super_max[s], s * G_SUPER + t / G_BLOCK, done, noise,
+                    list);
+        }
+    }
     /* the superblocks that can still win on the heap (items -1 - s), heapified */
-    for (s = 0; s < ns; s++) {
+    for (s = 0; s < ns && !(hint >= 0 && hint < V); s++) {
         if (!(super_bound[s] > g.value)) continue;
         h.bound[h.size] = super_bound[s];
         h.item[h.size++] = -1 - s;

@@ -31,10 +31,13 @@ score could still win), and looks into a block only while its bound beats that v
 entries whose score can. Nothing else can hold the maximum, so the result equals the argmax
 over the dense field (`dense_field`, the tests' reference). Over Qwen's 151,936 tokens a key
 draws 75 superblock maxima and a few hundred block maxima where the old one-level field drew
-all 2,374. On a GPU one Triton kernel draws every entry instead (gumbel_kernel.py): cheaper
-there than the searches' many small steps. The torch search (other devices, NaN, no triton)
-draws every block's maximum at once, a few tensor ops, then looks into the blocks that can
-win.
+all 2,374. Most of those few hundred cannot win either: whether a block's (an entry's) noise
+could lift its score past the value is first bounded without a log (E = -log u >= 1 - u, and
+exp bounded by powers of two), and only the few it does not rule out have their logs taken
+(4 of ~270 a key at T = 0.7 over a random model's logits). On a GPU one Triton kernel draws
+every entry instead (gumbel_kernel.py): cheaper there than the searches' many small steps.
+The torch search (other devices, NaN, no triton) draws every block's maximum at once, a few
+tensor ops, then looks into the blocks that can win.
 
 Everything is integer arithmetic on int64 tensors (SplitMix64's finaliser, products wrapping
 modulo 2^64, logical shifts by masking) and float64 logs: the same numbers on any device.
