@@ -1277,7 +1277,9 @@ static void g_sift_down(GHeap *h, int64_t i, double bound, int64_t item)
     for (;;) {
         int64_t child = 2 * i + 1;
         if (child >= h->size) break;
-        if (child + 1 < h->size && h->bound[child + 1] > h->bound[child]) child++;
+        /* which child is larger is a coin toss: chosen with no branch */
+        const double right = child + 1 < h->size ? h->bound[child + 1] : -INFINITY;
+        child += right > h->bound[child];
         if (!(h->bound[child] > bound)) break;
         h->bound[i] = h->bound[child];
         h->item[i] = h->item[child];
