@@ -9,9 +9,12 @@ import torch
 from gumbel_cases import dense_argmax_case
 from test_rejection_distribution import MIN_P_VALUE, chi_square_p
 
+from daemon.runtime.model import native
 from daemon.runtime.sampling.gumbel_field import (
     dense_field,
     field_key,
+    field_key_run,
+    field_key_runs,
     field_keys,
     gumbel_argmax,
     gumbel_topk,
@@ -44,6 +47,29 @@ def test_keys_differ_by_seed_and_position() -> None:
     assert len({field_key(s, p) for s in range(20) for p in range(20)}) == 400
     with pytest.raises(ValueError):
         field_key(1, -1)
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+def test_runs_of_keys_are_field_key_in_c_and_in_python(
+    monkeypatch: pytest.MonkeyPatch, native_on: str
+) -> None:
+    """field_key_runs (in C where the kernels run) gives field_key's bits: seeds negative, past
+    2^63 and past 2^64 (taken modulo 2^64, as Python's masks do), positions 0 and large,
+    runs of 0, 1 and 5; a negative position or unequal lists are a ValueError."""
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    seeds = [0, 1, -5, 2**63 + 3, 2**64 + 7, -(2**70), 123456789]
+    starts = [0, 7, 3, 2**40, 11, 0, 99]
+    counts = [5, 1, 0, 5, 2, 3, 1]
+    runs = zip(seeds, starts, counts, strict=True)
+    expected = [field_key(s, p + c) for s, p, n in runs for c in range(n)]
+    assert field_key_runs(seeds, starts, counts).tolist() == expected
+    singles = [field_key(s, p) for s, p in zip(seeds, starts, strict=True)]
+    assert field_keys(seeds, starts).tolist() == singles
+    assert field_key_run(seeds[3], starts[3], 5) == expected[6:11]
+    with pytest.raises(ValueError, match="position must be >= 0"):
+        field_key_runs([1, 2], [3, -1], [1, 1])
+    with pytest.raises(ValueError):
+        field_keys([1, 2], [3])
 
 
 @pytest.mark.parametrize("vocab", [40, 64, 1000, 4096, 5003])

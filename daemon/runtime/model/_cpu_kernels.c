@@ -110,7 +110,7 @@
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 17 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 18 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -2131,6 +2131,60 @@ static PyObject *layers_native(PyObject *self, PyObject *const *args, Py_ssize_t
 #endif
 }
 
+/* field_key_runs(seeds, starts, counts, out_ptr): the Gumbel field's keys (gumbel_field.
+ * field_key) of count[j] consecutive positions from starts[j] for draft seed seeds[j], run
+ * after run, into int64 out (sum(counts) of them): mix64((seed ^ FIELD_SALT) + (position + 1)
+ * * GAMMA) modulo 2^64, as gumbel_field.field_key_run computes them in Python (~0.7 us a key
+ * there). Seeds are taken modulo 2^64 (as Python's masks do); ValueError for a negative
+ * position or count, or lists of unequal lengths. */
+static PyObject *field_key_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "field_key_runs takes 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+#ifdef NATIVE_X86
+    int64_t *out = (int64_t *)PyLong_AsVoidPtr(args[3]);
+    if (!out && PyErr_Occurred()) return NULL;
+    PyObject *lists[3] = {NULL, NULL, NULL};
+    PyObject *result = NULL;
+    for (int l = 0; l < 3; l++) {
+        lists[l] = PySequence_Fast(args[l], "field_key_runs takes lists of ints");
+        if (!lists[l]) goto done;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(lists[0]);
+    if (PySequence_Fast_GET_SIZE(lists[1]) != n || PySequence_Fast_GET_SIZE(lists[2]) != n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "field_key_runs: seeds, starts and counts differ in length");
+        goto done;
+    }
+    const uint64_t salt = 0x2545F4914F6CDD1DULL; /* gumbel_field.FIELD_SALT */
+    int64_t k = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(lists[0], j);
+        const uint64_t seed = PyLong_AsUnsignedLongLongMask(item);
+        if (seed == (uint64_t)-1 && PyErr_Occurred()) goto done;
+        const long long start = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(lists[1], j));
+        if (start == -1 && PyErr_Occurred()) goto done;
+        const long long count = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(lists[2], j));
+        if (count == -1 && PyErr_Occurred()) goto done;
+        if (start < 0 || count < 0) {
+            PyErr_Format(PyExc_ValueError, "position must be >= 0, got %lld (count %lld)",
+                         start, count);
+            goto done;
+        }
+        uint64_t word = (seed ^ salt) + ((uint64_t)start + 1) * G_GAMMA;
+        for (long long c = 0; c < count; c++, word += G_GAMMA) out[k++] = (int64_t)g_mix64(word);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (int l = 0; l < 3; l++) Py_XDECREF(lists[l]);
+    return result;
+#else
+    return not_built("field_key_runs");
+#endif
+}
+
 /* gumbel_argmax(scores_ptr, ld, vocab, num_rows, rows_ptr, keys_ptr, scales_ptr, maxima_ptr,
  * ldm, num_keys, out_ptr, are_probs, hints_ptr): for key i (int64 keys[i]) over float32 row
  * rows[i] (rows_ptr 0: row i) of the num_rows rows of scores (ld floats apart), with noise
@@ -2496,6 +2550,9 @@ static PyMethodDef methods[] = {
      "attn_width, intermediate, threads, wide_min, zmm, eps, scale): a native pass's decoder "
      "layers "
      "in one call; (residual, pending)."},
+    {"field_key_runs", (PyCFunction)(void (*)(void))field_key_runs, METH_FASTCALL,
+     "field_key_runs(seeds, starts, counts, out): the Gumbel field's keys of runs of positions "
+     "(gumbel_field.field_key_run), into an int64 buffer."},
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
      "gumbel_argmax(scores, ld, vocab, num_rows, rows, keys, scales, maxima, ldm, num_keys, "
      "out, are_probs, hints): the keyed Gumbel field's argmax per key (gumbel_field.py); "

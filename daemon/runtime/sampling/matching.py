@@ -18,7 +18,7 @@ import torch
 
 from daemon.runtime.host_tensors import float32_tensor, int64_tensor
 from daemon.runtime.sampling.argmax import argmax_last
-from daemon.runtime.sampling.gumbel_field import field_key_run, gumbel_argmax
+from daemon.runtime.sampling.gumbel_field import field_key_runs, gumbel_argmax
 from daemon.runtime.sampling.logits import apply_top_k_top_p
 from daemon.runtime.sampling.params import SamplingParams
 
@@ -72,7 +72,7 @@ def target_choices(
     for cells, truncated in ((plain, False), (cut, True)):
         if not cells:
             continue
-        keys = int64_tensor(_cell_keys(cells, fields, num_positions))  # [N]
+        keys = _cell_keys(cells, fields, num_positions)  # [N]
         temps = float32_tensor([params[b].temperature for b, _ in cells])  # [N]
         cell_hints = None
         if hints is not None:
@@ -97,14 +97,13 @@ def target_choices(
 
 def _cell_keys(
     cells: list[tuple[int, int]], fields: list[tuple[int, int]], num_positions: list[int]
-) -> list[int]:
-    """The field key of every (row, column) cell: a row's cells are its columns 0 .. n - 1, in
-    order, one run of positions each."""
-    keys: list[int] = []
-    for b in dict.fromkeys(b for b, _ in cells):  # the rows, in order
-        seed, start = fields[b]
-        keys += field_key_run(seed, start, num_positions[b])
-    return keys
+) -> torch.Tensor:
+    """[N] int64: the field key of every (row, column) cell: a row's cells are its columns
+    0 .. n - 1, in order, one run of positions each."""
+    rows = list(dict.fromkeys(b for b, _ in cells))  # the rows, in order
+    return field_key_runs(
+        [fields[b][0] for b in rows], [fields[b][1] for b in rows], [num_positions[b] for b in rows]
+    )
 
 
 def _fill(choices: list[list[int]], cells: list[tuple[int, int]], tokens: list[int]) -> None:
