@@ -198,6 +198,10 @@ def test_what_is_dropped_before_its_logs_never_wins(
     hinted = gumbel_argmax(logits, keys, noise_scale=scale, hints=scaled)
     wrong = gumbel_argmax(logits, keys, noise_scale=scale, hints=(scaled + 1) % vocab)
     assert torch.equal(hinted, scaled) and torch.equal(wrong, scaled)
+    # float32 temperatures are read as float32 (each as a double), others converted: the same
+    assert torch.equal(gumbel_argmax(logits, keys, noise_scale=scale.double()), scaled)
+    strided = torch.stack([scale, scale], dim=-1)[:, 0]  # float32, not contiguous
+    assert torch.equal(gumbel_argmax(logits, keys, noise_scale=strided), scaled)
     block_maxima.clear()
     probs = torch.softmax(logits * 2.0, dim=-1)
     picked = _both(monkeypatch, probs, keys, are_probs=True)

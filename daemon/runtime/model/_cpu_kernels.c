@@ -2186,9 +2186,10 @@ done:
 }
 
 /* gumbel_argmax(scores_ptr, ld, vocab, num_rows, rows_ptr, keys_ptr, scales_ptr, maxima_ptr,
- * ldm, num_keys, out_ptr, are_probs, hints_ptr): for key i (int64 keys[i]) over float32 row
- * rows[i] (rows_ptr 0: row i) of the num_rows rows of scores (ld floats apart), with noise
- * scale double scales[i] (scales_ptr 0: 1), the token into int64 out[i]. maxima_ptr 0: none
+ * ldm, num_keys, out_ptr, are_probs, hints_ptr, scales_f32): for key i (int64 keys[i]) over
+ * float32 row rows[i] (rows_ptr 0: row i) of the num_rows rows of scores (ld floats apart),
+ * with noise scale double scales[i] (scales_f32: float32 scales[i], as a double; scales_ptr
+ * 0: 1), the token into int64 out[i]. maxima_ptr 0: none
  * (computed); else float32 block maxima, row r at maxima + r * ldm. are_probs: the scores
  * are probabilities and log p races (a zero never wins). hints_ptr 0: none; else int64
  * hints[i], a token likely to win for key i (< 0: none): the same answer, found with less
@@ -2196,14 +2197,15 @@ done:
  * was seen (out is then not to be used). */
 static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[13];
-    if (!int_args(args, nargs, 13, 13, "gumbel_argmax", v)) return NULL;
+    long long v[14];
+    if (!int_args(args, nargs, 14, 14, "gumbel_argmax", v)) return NULL;
 #ifdef NATIVE_X86
     const float *scores = (const float *)(intptr_t)v[0];
     const int64_t ld = v[1], V = v[2], num_rows = v[3], ldm = v[8], num = v[9];
     const int64_t *rows = (const int64_t *)(intptr_t)v[4];
     const int64_t *keys = (const int64_t *)(intptr_t)v[5];
-    const double *scales = (const double *)(intptr_t)v[6];
+    const double *scales = v[13] ? NULL : (const double *)(intptr_t)v[6];
+    const float *scales_f32 = v[13] ? (const float *)(intptr_t)v[6] : NULL;
     const float *maxima = (const float *)(intptr_t)v[7];
     int64_t *out = (int64_t *)(intptr_t)v[10];
     const int64_t *hints = (const int64_t *)(intptr_t)v[12];
@@ -2235,8 +2237,9 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
                            hints ? hints[i + 1] : -1);
         }
         out[i] = gumbel_row(scores + r * ld, V, maxima ? maxima + r * ldm : NULL,
-                            (uint64_t)keys[i], scales ? scales[i] : 1.0, v[11] != 0,
-                            hints ? hints[i] : -1, scratch);
+                            (uint64_t)keys[i],
+                            scales ? scales[i] : scales_f32 ? (double)scales_f32[i] : 1.0,
+                            v[11] != 0, hints ? hints[i] : -1, scratch);
         clean = out[i] != -2;
     }
     Py_END_ALLOW_THREADS
@@ -2555,8 +2558,8 @@ static PyMethodDef methods[] = {
      "(gumbel_field.field_key_run), into an int64 buffer."},
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
      "gumbel_argmax(scores, ld, vocab, num_rows, rows, keys, scales, maxima, ldm, num_keys, "
-     "out, are_probs, hints): the keyed Gumbel field's argmax per key (gumbel_field.py); "
-     "False where a NaN was seen."},
+     "out, are_probs, hints, scales_f32): the keyed Gumbel field's argmax per key "
+     "(gumbel_field.py); False where a NaN was seen."},
     {"argmax_rows", (PyCFunction)(void (*)(void))argmax_rows, METH_FASTCALL,
      "argmax_rows(x, ld, rows, vocab, maxima, ldm, out): torch.argmax of each row (the first "
      "maximum, or the first NaN), through the rows' block maxima where given."},
