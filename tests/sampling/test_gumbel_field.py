@@ -68,6 +68,8 @@ def test_runs_of_keys_are_field_key_in_c_and_in_python(
     assert field_key_run(seeds[3], starts[3], 5) == expected[6:11]
     with pytest.raises(ValueError, match="position must be >= 0"):
         field_key_runs([1, 2], [3, -1], [1, 1])
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        field_key_runs([1, 2], [3, 4], [1, -1])
     with pytest.raises(ValueError):
         field_keys([1, 2], [3])
 

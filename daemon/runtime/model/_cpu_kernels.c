@@ -2169,8 +2169,9 @@ static PyObject *field_key_runs(PyObject *self, PyObject *const *args, Py_ssize_
         const long long count = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(lists[2], j));
         if (count == -1 && PyErr_Occurred()) goto done;
         if (start < 0 || count < 0) {
-            PyErr_Format(PyExc_ValueError, "position must be >= 0, got %lld (count %lld)",
-                         start, count);
+            PyErr_Format(PyExc_ValueError, start < 0 ? "position must be >= 0, got %lld"
+                                                     : "count must be >= 0, got %lld",
+                         start < 0 ? start : count);
             goto done;
         }
         uint64_t word = (seed ^ salt) + ((uint64_t)start + 1) * G_GAMMA;

@@ -96,14 +96,14 @@ def field_key_runs(seeds: list[int], starts: list[int], counts: list[int]) -> to
     """[sum(counts)] int64: `field_key_run(seeds[j], starts[j], counts[j])` for each j, one
     after another (a verify pass's keys: each sequence's draft positions). In C where the
     native kernels run (a few us for a round's keys, ~0.7 us a key in Python)."""
+    if any(c < 0 for c in counts):
+        raise ValueError(f"counts must be >= 0, got {counts}")
     module = native.kernels() if native.enabled() else None
     if module is None:
         keys: list[int] = []
         for seed, start, count in zip(seeds, starts, counts, strict=True):
             keys += field_key_run(seed, start, count)
         return int64_tensor(keys)
-    if any(c < 0 for c in counts):
-        raise ValueError(f"counts must be >= 0, got {counts}")
     out = torch.empty(sum(counts), dtype=torch.int64)
     module.field_key_runs(seeds, starts, counts, out.data_ptr())
     return out
