@@ -981,7 +981,7 @@ __attribute__((target("avx2,fma"))) static inline void g_values4(__m256d sc, uin
 /* Bounds on exp(x) for the searches' tests of what could win, a few steps each where exp()
  * takes tens: with y = x log2(e) = k + f (k an integer, f in [0, 1)), 1 + f ln 2 + (f ln 2)^2
  * / 2 <= 2^f <= 1 + f (2^f is convex, and e^t >= 1 + t + t^2 / 2 for t >= 0). Within 7% above,
- * 3% below; y's rounding is covered by moving it 1e-12 (relative) the safe way. */
+ * 4% below; y's rounding is covered by moving it 1e-12 (relative) the safe way. */
 static inline double g_pow2(int64_t k) /* 2^k, k in [-1022, 1023] */
 {
     const uint64_t bits = (uint64_t)(k + 1023) << 52;
