@@ -5,6 +5,7 @@
     python -m bench.vocab_bench --pair demo --sparse-top-k 254 --sparse-mass 0.9,0.99,1
     python -m bench.vocab_bench --pair demo --temperatures 1.0 --sparse-top-k 32 --max-listed 2048
     python -m bench.vocab_bench --device cuda
+    python -m bench.vocab_bench --temperatures 0.7 --sparse-top-k 0 --draft-seed 1
 
 A tiny random Llama with Qwen's vocabulary (151,936) is both draft and target (two loaded
 copies of one checkpoint), so every draft should be accepted whatever the temperature: the
@@ -18,7 +19,9 @@ proposal with full-distribution drafting (width = the vocabulary). `--sparse-mas
 more of the draft's best tokens than it takes to cover that mass (fewer bytes where the draft
 is confident); `--max-listed` lets a sequence widen its lists up to that many tokens while the
 verifier rejects its tail drafts (proposers/tail_verdicts.py); the table shows the tokens
-listed per sampled draft and the bytes that makes.
+listed per sampled draft and the bytes that makes. `--draft-seed N` makes the random pair's
+draft another random model (initialised from seed N): acceptance falls, and the rest of a
+round shows what rejected drafts cost the engine at this vocabulary.
 Width 0 is coupled drafting (the token alone, matched against the verifier's own draw with
 the same Gumbel field); by default the bench compares it with the default width. Width `auto`
 is what the engine does by default: the default width measured against coupled drafts, the
@@ -287,12 +290,18 @@ def main(argv: list[str] | None = None) -> None:
         help="rows widen their lists up to this many tokens while the verifier rejects their "
         "tail drafts (proposal_max_tokens; default: they list --sparse-top-k)",
     )  # fmt: skip
+    parser.add_argument(
+        "--draft-seed", type=int, default=None,
+        help="random pair only: the draft is another random model, initialised from this seed",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", choices=DEVICES, default="cpu")
     args = parser.parse_args(argv)
     problem = device_problem(args.device)
     if problem:
         parser.error(problem)
+    if args.draft_seed is not None and args.pair != "random":
+        parser.error("--draft-seed applies to the random pair only (--pair random)")
     torch.set_num_threads(args.threads)
     console = make_console()
     default_width = EngineConfig().draft_sparse_top_k
@@ -315,12 +324,18 @@ def main(argv: list[str] | None = None) -> None:
                 Path(tmp) / "m", vocab_size=args.vocab, hidden_size=64, num_layers=2,
                 with_tokenizer=False,
             )  # fmt: skip
+            if args.draft_seed is not None:
+                draft_dir = make_tiny_checkpoint(
+                    Path(tmp) / "d", vocab_size=args.vocab, hidden_size=64, num_layers=2,
+                    with_tokenizer=False, seed=args.draft_seed,
+                )  # fmt: skip
             gen = torch.Generator().manual_seed(0)
             prompts = [
                 torch.randint(0, args.vocab, (PROMPT_LEN,), generator=gen).tolist()
                 for _ in range(args.batch)
             ]
-            title = f"V={args.vocab}, draft = target, B={args.batch}, k={args.k}"
+            same = "draft = target" if args.draft_seed is None else f"draft seed {args.draft_seed}"
+            title = f"V={args.vocab}, {same}, B={args.batch}, k={args.k}"
         target = load_model(target_dir, num_slots=args.batch, device=args.device)
         draft = TimedModel(load_model(draft_dir, num_slots=args.batch, device=args.device))
         results = [

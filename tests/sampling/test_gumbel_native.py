@@ -211,3 +211,22 @@ def test_what_is_dropped_before_its_logs_never_wins(
         expected = (logits.double() + scale.double()[:, None] * field).argmax(dim=-1)
         assert torch.equal(scaled, expected)
         assert torch.equal(picked, (probs.double().log() + field).argmax(dim=-1))
+
+
+def test_runs_stop_after_a_miss_and_must_cover_the_keys() -> None:
+    """With runs, a run's keys after its first answer that is not its hint are left -3 (a
+    verifier reads none of them); runs that do not cover the keys are a ValueError."""
+    vocab = 64 * 40 + 3
+    logits = torch.randn(6, vocab, generator=torch.Generator().manual_seed(2)) * 2
+    keys = field_keys([4] * 6, list(range(6)))
+    plain = gumbel_argmax(logits, keys)
+    hints = plain.clone()
+    hints[1] = (plain[1] + 1) % vocab  # run 0 (keys 0-3) misses at its second key
+    hints[3] = -1  # a bonus position: no hint
+    stopped = gumbel_argmax(logits, keys, hints=hints, runs=[4, 0, 2])
+    assert stopped.tolist() == [*plain[:2].tolist(), -3, -3, *plain[4:].tolist()]
+    assert torch.equal(gumbel_argmax(logits, keys, hints=hints), plain)  # no runs: all
+    with pytest.raises(ValueError, match="runs cover 5 keys of 6"):
+        gumbel_argmax(logits, keys, hints=hints, runs=[4, 1])
+    with pytest.raises(ValueError, match="runs must be >= 0"):
+        gumbel_argmax(logits, keys, hints=hints, runs=[7, -1])

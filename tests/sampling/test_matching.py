@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from daemon.runtime.model import native
 from daemon.runtime.sampling.gumbel_field import field_key_run, field_keys, gumbel_argmax
-from daemon.runtime.sampling.matching import accept_matching, target_choices
+from daemon.runtime.sampling.matching import NOT_SEARCHED, accept_matching, target_choices
 from daemon.runtime.sampling.params import SamplingParams
 
 VOCAB = 700
@@ -59,13 +60,25 @@ def test_accept_while_drafts_equal_the_choices() -> None:
 
 def test_hinted_choices_are_the_choices() -> None:
     """The verifier hints its drafts to the search for its choices: right, wrong or missing
-    hints, the choices are the same."""
+    hints, the choices are the same up to a row's first draft that is not its choice, and
+    so is what is accepted. After it a sampled row's choices are not searched where the C
+    search runs (NOT_SEARCHED): nothing reads them."""
     gen = torch.Generator().manual_seed(8)
-    logits = torch.randn(4, 3, VOCAB, generator=gen) * 2  # [B, T, V]
+    logits = torch.randn(4, 4, VOCAB, generator=gen) * 2  # [B, T, V]
     params = [_sampled(), _sampled(), GREEDY, _sampled(top_k=7)]
     fields = [(1, 0), (2, 5), (3, 9), (4, 2)]
-    plain = target_choices(logits.clone(), params, [3] * 4, fields)
-    wrong = [[(c + 1) % VOCAB for c in row[:2]] for row in plain]
-    for hints in ([row[:2] for row in plain], wrong, [[], [], [], []]):
-        hinted = target_choices(logits.clone(), params, [3] * 4, fields, hints=hints)
-        assert hinted == plain
+    plain = target_choices(logits.clone(), params, [4] * 4, fields)
+    right = [row[:3] for row in plain]
+    wrong = [[(c + 1) % VOCAB for c in row[:3]] for row in plain]
+    second_wrong = [[row[0], (row[1] + 1) % VOCAB, row[2]] for row in plain]
+    for hints in (right, wrong, second_wrong, [[], [], [], []]):
+        hinted = target_choices(logits.clone(), params, [4] * 4, fields, hints=hints)
+        for drafts, got, expected in zip(hints, hinted, plain, strict=True):
+            n = next((t for t, d in enumerate(drafts) if d != expected[t]), len(drafts))
+            assert got[: n + 1] == expected[: n + 1]
+            assert all(g in (e, NOT_SEARCHED) for g, e in zip(got, expected, strict=True))
+        assert accept_matching(hints, hinted) == accept_matching(hints, plain)
+        if hints is second_wrong and native.kernels() is not None:
+            # the sampled rows (0, 1: plain; 3: top-k) stop at their second draft
+            assert [hinted[b][2:] for b in (0, 1, 3)] == [[NOT_SEARCHED] * 2] * 3
+            assert hinted[2] == plain[2]  # greedy: every choice is one argmax pass

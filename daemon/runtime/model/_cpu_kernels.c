@@ -2187,19 +2187,23 @@ done:
 }
 
 /* gumbel_argmax(scores_ptr, ld, vocab, num_rows, rows_ptr, keys_ptr, scales_ptr, maxima_ptr,
- * ldm, num_keys, out_ptr, are_probs, hints_ptr, scales_f32): for key i (int64 keys[i]) over
- * float32 row rows[i] (rows_ptr 0: row i) of the num_rows rows of scores (ld floats apart),
- * with noise scale double scales[i] (scales_f32: float32 scales[i], as a double; scales_ptr
- * 0: 1), the token into int64 out[i]. maxima_ptr 0: none
+ * ldm, num_keys, out_ptr, are_probs, hints_ptr, scales_f32, runs_ptr, num_runs): for key i
+ * (int64 keys[i]) over float32 row rows[i] (rows_ptr 0: row i) of the num_rows rows of
+ * scores (ld floats apart), with noise scale double scales[i] (scales_f32: float32
+ * scales[i], as a double; scales_ptr 0: 1), the token into int64 out[i]. maxima_ptr 0: none
  * (computed); else float32 block maxima, row r at maxima + r * ldm. are_probs: the scores
  * are probabilities and log p races (a zero never wins). hints_ptr 0: none; else int64
  * hints[i], a token likely to win for key i (< 0: none): the same answer, found with less
- * drawn where it wins. IndexError for a row outside the scores. Returns False where a NaN
- * was seen (out is then not to be used). */
+ * drawn where it wins. runs_ptr (with hints; 0: none): int64 lengths of num_runs runs of
+ * consecutive keys (a sequence's draft positions, then its bonus): after a key whose answer
+ * is not its hint, the rest of its run is not searched (out -3): a verifier accepts drafts
+ * up to the first that is not its choice and never reads the choices after it. IndexError
+ * for a row outside the scores; ValueError for runs that do not cover the keys. Returns
+ * False where a NaN was seen (out is then not to be used). */
 static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[14];
-    if (!int_args(args, nargs, 14, 14, "gumbel_argmax", v)) return NULL;
+    long long v[16];
+    if (!int_args(args, nargs, 16, 16, "gumbel_argmax", v)) return NULL;
 #ifdef NATIVE_X86
     const float *scores = (const float *)(intptr_t)v[0];
     const int64_t ld = v[1], V = v[2], num_rows = v[3], ldm = v[8], num = v[9];
@@ -2210,6 +2214,7 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
     const float *maxima = (const float *)(intptr_t)v[7];
     int64_t *out = (int64_t *)(intptr_t)v[10];
     const int64_t *hints = (const int64_t *)(intptr_t)v[12];
+    const int64_t *runs = hints ? (const int64_t *)(intptr_t)v[14] : NULL, num_runs = v[15];
     for (int64_t i = 0; i < num; i++) {
         const int64_t r = rows ? rows[i] : i;
         if (r < 0 || r >= num_rows) {
@@ -2218,13 +2223,37 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
             return NULL;
         }
     }
+    if (runs) {
+        int64_t total = 0;
+        for (int64_t j = 0; j < num_runs; j++) {
+            if (runs[j] < 0) {
+                PyErr_Format(PyExc_ValueError, "runs must be >= 0, got %lld", (long long)runs[j]);
+                return NULL;
+            }
+            total += runs[j];
+        }
+        if (total != num) {
+            PyErr_Format(PyExc_ValueError, "runs cover %lld keys of %lld", (long long)total,
+                         (long long)num);
+            return NULL;
+        }
+    }
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
     double *scratch = malloc((size_t)(G_SCRATCH(nb) + 1) * sizeof(double));
     if (!scratch) return PyErr_NoMemory();
     int clean = 1;
+    int64_t run = -1, run_end = 0, missed = 0; /* runs: the current one, where it ends */
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < num && clean; i++) {
         const int64_t r = rows ? rows[i] : i;
+        while (runs && i >= run_end) { /* the next run (one that holds keys) */
+            run_end += runs[++run];
+            missed = 0;
+        }
+        if (missed) { /* past a miss in its run: not needed */
+            out[i] = -3;
+            continue;
+        }
         if (maxima && i + 2 < num) { /* the block maxima two rows on, read by the next row's
                                       * prefetch (9.5 KB a row at 151,936, mostly in memory) */
             const char *at = (const char *)(maxima + (rows ? rows[i + 2] : i + 2) * ldm);
@@ -2242,6 +2271,7 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
                             scales ? scales[i] : scales_f32 ? (double)scales_f32[i] : 1.0,
                             v[11] != 0, hints ? hints[i] : -1, scratch);
         clean = out[i] != -2;
+        missed = runs && hints[i] >= 0 && out[i] != hints[i];
     }
     Py_END_ALLOW_THREADS
     free(scratch);
@@ -2559,8 +2589,8 @@ static PyMethodDef methods[] = {
      "(gumbel_field.field_key_run), into an int64 buffer."},
     {"gumbel_argmax", (PyCFunction)(void (*)(void))gumbel_argmax_native, METH_FASTCALL,
      "gumbel_argmax(scores, ld, vocab, num_rows, rows, keys, scales, maxima, ldm, num_keys, "
-     "out, are_probs, hints, scales_f32): the keyed Gumbel field's argmax per key "
-     "(gumbel_field.py); False where a NaN was seen."},
+     "out, are_probs, hints, scales_f32, runs, num_runs): the keyed Gumbel field's argmax per "
+     "key (gumbel_field.py); False where a NaN was seen."},
     {"argmax_rows", (PyCFunction)(void (*)(void))argmax_rows, METH_FASTCALL,
      "argmax_rows(x, ld, rows, vocab, maxima, ldm, out): torch.argmax of each row (the first "
      "maximum, or the first NaN), through the rows' block maxima where given."},

@@ -239,6 +239,7 @@ def gumbel_argmax(
     rows: torch.Tensor | None = None,  # [N] int64 the row of `scores` each key maximises
     noise_scale: torch.Tensor | None = None,  # [N] float > 0 (raw scores only)
     hints: torch.Tensor | None = None,  # [N] int64 a token likely to win per key, < 0: none
+    runs: list[int] | None = None,  # lengths of runs of consecutive keys (with hints)
 ) -> torch.Tensor:
     """argmax_i (scores_i + G_i) per key, over the tokens its row does not exclude, [N] int64;
     -1 where no token is left (every score -inf). `are_probs`: the scores are probabilities,
@@ -247,7 +248,11 @@ def gumbel_argmax(
     argmax_i (scores_i + s G_i), the same token as argmax_i (scores_i / s + G_i): logits at
     temperature s without dividing them. `hints` (the verifier passes the drafts): the C
     search offers that token's value first, which prunes the rest as hard as the answer
-    does where the hint is the answer; the answer is the same either way. Excluded entries
+    does where the hint is the answer; the answer is the same either way. `runs` (with
+    hints; their lengths sum to N): the keys come in runs, a sequence's draft positions then
+    its bonus, and after a key whose answer is not its hint the rest of its run is not needed:
+    the C search leaves those -3 (a verifier accepts drafts up to the first that is not its
+    choice and reads nothing after it); other searches answer them anyway. Excluded entries
     are masked for the search and restored."""
     if noise_scale is not None and are_probs:
         raise ValueError("noise_scale applies to raw scores (logits), not probabilities")
@@ -259,7 +264,7 @@ def gumbel_argmax(
     if rows is None and scores.shape[0] != num_keys:
         raise ValueError(f"{num_keys} keys for {scores.shape[0]} rows of scores")
     if excluded is None or not excluded.numel():
-        return _search(scores, rows, keys, are_probs, noise_scale, hints)
+        return _search(scores, rows, keys, are_probs, noise_scale, hints, runs)
     if rows is None:
         rows = torch.arange(num_keys, device=scores.device)
     if not scores.is_contiguous():  # masking in place needs rows that own their memory
@@ -272,7 +277,7 @@ def gumbel_argmax(
         saved = scores[at_rows, at_tokens]
         scores[at_rows, at_tokens] = _fill(are_probs)
         try:
-            return _search(scores, rows, keys, are_probs, noise_scale, hints)
+            return _search(scores, rows, keys, are_probs, noise_scale, hints, runs)
         finally:
             scores[at_rows, at_tokens] = saved
 
@@ -388,8 +393,9 @@ def _search(
     are_probs: bool,
     noise_scale: torch.Tensor | None,  # [N]
     hints: torch.Tensor | None,  # [N]
+    runs: list[int] | None = None,
 ) -> torch.Tensor:
-    found = _native_search(scores, rows, keys, are_probs, noise_scale, hints)
+    found = _native_search(scores, rows, keys, are_probs, noise_scale, hints, runs)
     if found is not None:
         return found
     num_keys = keys.shape[0]
@@ -484,6 +490,7 @@ def _native_search(
     are_probs: bool,
     noise_scale: torch.Tensor | None,  # [N]
     hints: torch.Tensor | None,  # [N]
+    runs: list[int] | None = None,  # (with hints) lengths of runs of keys, see gumbel_argmax
 ) -> torch.Tensor | None:
     """The same search in C (_cpu_kernels.c, one call for every key: the torch search is ~100
     small ops a call), for float32 logits or probabilities on a CPU with the native kernels;
@@ -504,6 +511,7 @@ def _native_search(
     if scale is not None and (scale.dtype != torch.float32 or not scale.is_contiguous()):
         scale = scale.to(torch.float64).contiguous()
     maxima = block_maxima.lookup_rows(scores)  # [R, nb] (logits or probabilities) or None
+    runs_t = int64_tensor(runs) if runs is not None and hints is not None else None
     out = torch.empty(num_keys, dtype=torch.int64)
     clean = module.gumbel_argmax(
         scores.data_ptr(),
@@ -520,6 +528,8 @@ def _native_search(
         are_probs,
         _address(hints),
         scale is not None and scale.dtype == torch.float32,
+        _address(runs_t),
+        0 if runs_t is None else runs_t.shape[0],
     )
     return out if clean else None
 

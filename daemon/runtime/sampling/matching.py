@@ -23,6 +23,7 @@ from daemon.runtime.sampling.logits import apply_top_k_top_p
 from daemon.runtime.sampling.params import SamplingParams
 
 PLACEHOLDER_TOKEN_ID = -1
+NOT_SEARCHED = -3  # a choice after a row's first draft that is not its choice (never read)
 
 
 @torch.inference_mode()
@@ -40,7 +41,9 @@ def target_choices(
     row by its own rule whatever else is in the batch. `fields` is needed where a row samples.
     `hints`: where a sampled row's draft is likely its choice (drafts coupled to the same
     field), the search for the choice starts from it and draws less; the choices are the
-    same. The rows are gathered on the host: one tensor each for their indices, keys,
+    same, except that a sampled row's choices after its first draft that is not its choice
+    are not searched (NOT_SEARCHED where the C search runs): `accept_matching` reads none
+    of them. The rows are gathered on the host: one tensor each for their indices, keys,
     temperatures and hints, a search for each rule, one read of the choices back."""
     num_seqs, width, vocab_size = logits.shape
     flat = logits.reshape(num_seqs * width, vocab_size)  # a view for the model's logits
@@ -80,8 +83,16 @@ def target_choices(
                 [hints[b][t] if t < len(hints[b]) else -1 for b, t in cells]
             )  # [N]
         rows = int64_tensor([b * width + t for b, t in cells]).to(logits.device)  # [N]
+        # each row's cells, one run: past its first draft that is not the choice, none is read
+        runs = (
+            None
+            if hints is None
+            else [num_positions[b] for b in dict.fromkeys(b for b, _ in cells)]
+        )
         if not truncated:
-            picked = gumbel_argmax(scores, keys, rows=rows, noise_scale=temps, hints=cell_hints)
+            picked = gumbel_argmax(
+                scores, keys, rows=rows, noise_scale=temps, hints=cell_hints, runs=runs
+            )
         else:
             seq = [b for b, _ in cells]
             scaled = scores[rows] / temps.to(logits.device).unsqueeze(-1)  # [N, V]
@@ -90,7 +101,7 @@ def target_choices(
             scaled = apply_top_k_top_p(
                 scaled, top_k, (top_k > 0) & (top_k < vocab_size), top_p, top_p < 1.0
             )
-            picked = gumbel_argmax(scaled, keys, hints=cell_hints)
+            picked = gumbel_argmax(scaled, keys, hints=cell_hints, runs=runs)
         _fill(choices, cells, picked.tolist())
     return choices
 
