@@ -75,7 +75,8 @@ def target_choices(
     for cells, truncated in ((plain, False), (cut, True)):
         if not cells:
             continue
-        keys = _cell_keys(cells, fields, num_positions)  # [N]
+        seq_rows = list(dict.fromkeys(b for b, _ in cells))  # the rows, in order
+        keys = _cell_keys(seq_rows, fields, num_positions)  # [N]
         temps = float32_tensor([params[b].temperature for b, _ in cells])  # [N]
         cell_hints = None
         if hints is not None:
@@ -84,11 +85,7 @@ def target_choices(
             )  # [N]
         rows = int64_tensor([b * width + t for b, t in cells]).to(logits.device)  # [N]
         # each row's cells, one run: past its first draft that is not the choice, none is read
-        runs = (
-            None
-            if hints is None
-            else [num_positions[b] for b in dict.fromkeys(b for b, _ in cells)]
-        )
+        runs = None if hints is None else [num_positions[b] for b in seq_rows]
         if not truncated:
             picked = gumbel_argmax(
                 scores, keys, rows=rows, noise_scale=temps, hints=cell_hints, runs=runs
@@ -107,11 +104,10 @@ def target_choices(
 
 
 def _cell_keys(
-    cells: list[tuple[int, int]], fields: list[tuple[int, int]], num_positions: list[int]
+    rows: list[int], fields: list[tuple[int, int]], num_positions: list[int]
 ) -> torch.Tensor:
-    """[N] int64: the field key of every (row, column) cell: a row's cells are its columns
-    0 .. n - 1, in order, one run of positions each."""
-    rows = list(dict.fromkeys(b for b, _ in cells))  # the rows, in order
+    """[N] int64: the field key of every cell of `rows` (in order): a row's cells are its
+    columns 0 .. n - 1, one run of positions each."""
     return field_key_runs(
         [fields[b][0] for b in rows], [fields[b][1] for b in rows], [num_positions[b] for b in rows]
     )
