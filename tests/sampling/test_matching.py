@@ -4,8 +4,13 @@ import pytest
 import torch
 
 from daemon.runtime.model import native
-from daemon.runtime.sampling.gumbel_field import field_key_run, field_keys, gumbel_argmax
-from daemon.runtime.sampling.matching import NOT_SEARCHED, accept_matching, target_choices
+from daemon.runtime.sampling.gumbel_field import (
+    NOT_SEARCHED,
+    field_key_run,
+    field_keys,
+    gumbel_argmax,
+)
+from daemon.runtime.sampling.matching import accept_matching, target_choices
 from daemon.runtime.sampling.params import SamplingParams
 
 VOCAB = 700

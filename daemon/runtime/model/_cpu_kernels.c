@@ -1010,6 +1010,16 @@ static inline double g_exp_below(double x)
     return g_pow2((int64_t)k) * (1.0 + t + 0.5 * t * t);
 }
 
+/* 1 + d + d^2 / 2 with d = (top - x) * inv (>= 0 for x <= top): a lower bound on exp(d),
+ * the factor by which x's exp((x - value) / scale) is below top's (inv = 1 / scale) */
+__attribute__((target("avx2,fma"))) static inline __m256d g_exp_gap4(__m256d top, __m256d x,
+                                                                    __m256d inv)
+{
+    const __m256d d = _mm256_mul_pd(_mm256_sub_pd(top, x), inv);
+    return _mm256_fmadd_pd(_mm256_mul_pd(_mm256_set1_pd(0.5), d), d,
+                           _mm256_add_pd(_mm256_set1_pd(1.0), d));
+}
+
 /* Of a block's entries that pass its floor (bits of pass; raw scores row[0 .. n), the short
  * last block's last group in tail; block word w, em <= exp(-m)), those whose noise could still
  * lift them past the value: g_could_win's test an entry down. Entry j wins a place when
@@ -1033,8 +1043,7 @@ __attribute__((target("avx2,fma"))) static uint64_t g_entries_could_win(const GR
     }
     const double a = g_exp_above((top - g->value) / g->scale);
     if (!(a < INFINITY)) return pass;
-    const __m256d one_em = _mm256_set1_pd(1.0 + em), one = _mm256_set1_pd(1.0);
-    const __m256d half = _mm256_set1_pd(0.5), inv = _mm256_set1_pd(1.0 / g->scale);
+    const __m256d one_em = _mm256_set1_pd(1.0 + em), inv = _mm256_set1_pd(1.0 / g->scale);
     const __m256d rhs = _mm256_set1_pd(a * (1.0 + 1e-9) + 1e-12), top4 = _mm256_set1_pd(top);
     const __m256i salted = _mm256_set1_epi64x((int64_t)(w ^ G_ENTRY_SALT));
     const uint64_t any = (pass | pass >> 1 | pass >> 2 | pass >> 3) & 0x1111111111111111ULL;
@@ -1046,10 +1055,7 @@ __attribute__((target("avx2,fma"))) static uint64_t g_entries_could_win(const GR
                                                _mm256_set_epi64x(3, 2, 1, 0));
         const __m256d u =
             g_uniform4(g_mix64x4(_mm256_add_epi64(salted, g_mul64(index, G_GAMMA))));
-        const __m256d d = _mm256_mul_pd(_mm256_sub_pd(top4, x), inv);
-        const __m256d lhs = _mm256_mul_pd(
-            _mm256_sub_pd(one_em, u),
-            _mm256_fmadd_pd(_mm256_mul_pd(half, d), d, _mm256_add_pd(one, d)));
+        const __m256d lhs = _mm256_mul_pd(_mm256_sub_pd(one_em, u), g_exp_gap4(top4, x, inv));
         const uint64_t keep = (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(lhs, rhs, _CMP_LT_OQ));
         pass &= ~(0xFULL << (4 * g4)) | keep << (4 * g4);
     }
@@ -1216,8 +1222,7 @@ __attribute__((target("avx2,fma"))) static int64_t g_could_win(const GRace *g, c
     const double n_a =
         n * g_exp_above(g->are_probs ? -g->value : ((double)best - g->value) / g->scale);
     if (!(n_a < INFINITY)) return num;
-    const __m256d one_nc = _mm256_set1_pd(1.0 + n * c), one = _mm256_set1_pd(1.0);
-    const __m256d half = _mm256_set1_pd(0.5), inv = _mm256_set1_pd(1.0 / g->scale);
+    const __m256d one_nc = _mm256_set1_pd(1.0 + n * c), inv = _mm256_set1_pd(1.0 / g->scale);
     const __m256d rhs = _mm256_set1_pd(n_a * (1.0 + 1e-9) + 1e-12);
     const __m256d top4 = _mm256_set1_pd((double)best);
     for (int64_t l = num; l % 4; l++) list[l] = list[num - 1];
@@ -1233,9 +1238,7 @@ __attribute__((target("avx2,fma"))) static int64_t g_could_win(const GRace *g, c
         if (g->are_probs) {
             bound = _mm256_mul_pd(rhs, tb);
         } else {
-            const __m256d d = _mm256_mul_pd(_mm256_sub_pd(top4, tb), inv);
-            lhs = _mm256_mul_pd(lhs, _mm256_fmadd_pd(_mm256_mul_pd(half, d), d,
-                                                     _mm256_add_pd(one, d)));
+            lhs = _mm256_mul_pd(lhs, g_exp_gap4(top4, tb, inv));
         }
         int bits = _mm256_movemask_pd(_mm256_cmp_pd(lhs, bound, _CMP_LT_OQ));
         const int64_t count = num - i < 4 ? num - i : 4;

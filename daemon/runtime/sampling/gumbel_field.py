@@ -61,6 +61,7 @@ FIELD_SALT = 0x2545F4914F6CDD1D  # separates the field's keys from every other k
 ARGMAX_SALT = 0x6A09E667F3BCC909  # the block word -> where the block's maximum sits
 ENTRY_SALT = 0xBB67AE8584CAA73B  # the block word -> its other entries
 _UNIT = 2.0**-53
+NOT_SEARCHED = -3  # gumbel_argmax with runs: a key past its run's first miss (the C search's)
 
 
 def _signed(value: int) -> int:
@@ -251,8 +252,8 @@ def gumbel_argmax(
     does where the hint is the answer; the answer is the same either way. `runs` (with
     hints; their lengths sum to N): the keys come in runs, a sequence's draft positions then
     its bonus, and after a key whose answer is not its hint the rest of its run is not needed:
-    the C search leaves those -3 (a verifier accepts drafts up to the first that is not its
-    choice and reads nothing after it); other searches answer them anyway. Excluded entries
+    the C search leaves those NOT_SEARCHED (a verifier accepts drafts up to the first that is
+    not its choice and reads nothing after it); other searches answer them anyway. Excluded entries
     are masked for the search and restored."""
     if noise_scale is not None and are_probs:
         raise ValueError("noise_scale applies to raw scores (logits), not probabilities")

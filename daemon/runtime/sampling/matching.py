@@ -23,7 +23,6 @@ from daemon.runtime.sampling.logits import apply_top_k_top_p
 from daemon.runtime.sampling.params import SamplingParams
 
 PLACEHOLDER_TOKEN_ID = -1
-NOT_SEARCHED = -3  # a choice after a row's first draft that is not its choice (never read)
 
 
 @torch.inference_mode()
@@ -42,8 +41,8 @@ def target_choices(
     `hints`: where a sampled row's draft is likely its choice (drafts coupled to the same
     field), the search for the choice starts from it and draws less; the choices are the
     same, except that a sampled row's choices after its first draft that is not its choice
-    are not searched (NOT_SEARCHED where the C search runs): `accept_matching` reads none
-    of them. The rows are gathered on the host: one tensor each for their indices, keys,
+    are not searched (gumbel_field.NOT_SEARCHED where the C search runs): `accept_matching`
+    reads none of them. The rows are gathered on the host: one tensor each for their indices, keys,
     temperatures and hints, a search for each rule, one read of the choices back."""
     num_seqs, width, vocab_size = logits.shape
     flat = logits.reshape(num_seqs * width, vocab_size)  # a view for the model's logits
