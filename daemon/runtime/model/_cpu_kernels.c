@@ -110,7 +110,7 @@
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 18 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 19 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -2564,6 +2564,76 @@ static PyObject *wide_list(PyObject *self, PyObject *const *args, Py_ssize_t nar
 #endif
 }
 
+/* quantize_draw(probs_ptr, ld, rows, S, total, draws_ptr, counts_ptr, tails_ptr, choice_ptr):
+ * each float32 row of S listed probabilities (ld floats apart) and its tail, max(1 - their
+ * sum, 0), as integer counts summing to `total` (sampling/quantized.py): the differences of
+ * the running sums of the entries (negatives as 0) and the tail, scaled to `total` and rounded
+ * halves up, in doubles in the order its torch path takes them; into int64 counts [rows, S]
+ * and tails [rows]. choice [rows]: the entry (S: the tail) whose cumulative range [c_{i-1},
+ * c_i) holds int64 draws[r] (in [0, total)). False (the outputs incomplete) where a row
+ * cannot be quantised: a NaN, an infinity, or nothing to share out. */
+static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[9];
+    if (!int_args(args, nargs, 9, 9, "quantize_draw", v)) return NULL;
+#ifdef NATIVE_X86
+    const float *probs = (const float *)(intptr_t)v[0];
+    const int64_t ld = v[1], rows = v[2], S = v[3], total = v[4];
+    const int64_t *draws = (const int64_t *)(intptr_t)v[5];
+    int64_t *counts = (int64_t *)(intptr_t)v[6];
+    int64_t *tails = (int64_t *)(intptr_t)v[7];
+    int64_t *choice = (int64_t *)(intptr_t)v[8];
+    if (S < 1 || rows < 0 || total < 1 || total > ((int64_t)1 << 52)) {
+        PyErr_Format(PyExc_ValueError, "quantize_draw: bad sizes rows=%lld S=%lld total=%lld",
+                     v[2], v[3], v[4]);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        if (draws[r] < 0 || draws[r] >= total) {
+            PyErr_Format(PyExc_ValueError, "draws must be in [0, %lld), got %lld", v[4],
+                         (long long)draws[r]);
+            return NULL;
+        }
+    }
+    int ok = 1;
+    for (int64_t r = 0; r < rows && ok; r++) {
+        const float *p = probs + r * ld;
+        int64_t *c = counts + r * S;
+        /* the tail: 1 - the sum of the entries as they are, then the running sum of the
+         * entries at least 0 and the tail (both sums left to right) */
+        double sum = 0.0, running = 0.0;
+        for (int64_t i = 0; i < S; i++) {
+            const double x = (double)p[i];
+            sum += x;
+            running += x > 0.0 ? x : 0.0; /* a NaN: caught by the sum */
+        }
+        const double tail = 1.0 - sum > 0.0 ? 1.0 - sum : 0.0;
+        const double whole = running + tail;
+        if (!(sum == sum) || !(whole > 0.0) || isinf(whole)) {
+            ok = 0;
+            break;
+        }
+        const double n = (double)total;
+        const int64_t draw = draws[r];
+        int64_t below = 0, picked = 0; /* the rounded running sum before entry i */
+        double acc = 0.0;
+        for (int64_t i = 0; i < S; i++) {
+            const double x = (double)p[i];
+            acc += x > 0.0 ? x : 0.0;
+            const int64_t rounded = (int64_t)floor(acc / whole * n + 0.5);
+            c[i] = rounded - below;
+            below = rounded;
+            picked += rounded <= draw; /* entries whose range ends at or before the draw */
+        }
+        tails[r] = total - below;
+        choice[r] = picked; /* the tail's range ends at total > draw */
+    }
+    return PyBool_FromLong(ok);
+#else
+    return not_built("quantize_draw");
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"has_avx512", has_avx512, METH_NOARGS,
@@ -2607,6 +2677,9 @@ static PyMethodDef methods[] = {
     {"top_k", (PyCFunction)(void (*)(void))top_k_native, METH_FASTCALL,
      "top_k(x, ld, rows, vocab, k, maxima, ldm, out_values, out_ids): the k largest entries "
      "of each row, largest first, through the rows' block maxima; False where a NaN was seen."},
+    {"quantize_draw", (PyCFunction)(void (*)(void))quantize_draw, METH_FASTCALL,
+     "quantize_draw(probs, ld, rows, S, total, draws, counts, tails, choice): listed "
+     "probabilities and their tail as integer counts, and the entry each draw picks."},
     {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
      "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
      "bin_width_inv, out_ids, out_q, out_n): a sampled row's widened list, whole bins of log q "

@@ -35,8 +35,7 @@ from daemon.runtime.sampling.logits import log_normalizers, top_k
 from daemon.runtime.sampling.quantized import (
     PROPOSAL_BITS,
     PROPOSAL_TOTAL,
-    quantize_with_tail,
-    sample_from_counts,
+    quantize_and_draw,
     unlisted_token,
 )
 from daemon.runtime.sampling.wide_list import wide_lists
@@ -323,10 +322,10 @@ class DraftSampler:
         """q at the listed tokens top [A', S] (0: not listed) and their ids [A', S] -> (token,
         counts it was drawn from) per row."""
         vocab_size = logits.shape[-1]
-        counts, tails = quantize_with_tail(top)  # [A', S], [A'] int64: rows sum to 2^15
         draws = torch.tensor([keyed_draw(k.draft_seed, k.position, PROPOSAL_BITS) for k in keys])
-        # [A'] index into [counts..., tail]: S means the tail
-        choice = sample_from_counts(torch.cat([counts, tails.unsqueeze(-1)], -1), draws)
+        # [A', S], [A'] int64 counts and tails (rows sum to 2^15); [A'] the index each draw
+        # picks in [counts..., tail]: S means the tail
+        counts, tails, choice = quantize_and_draw(top, draws)
         num_listed = ids.shape[-1]
         picked = ids.gather(-1, choice.clamp(max=num_listed - 1).unsqueeze(-1)).squeeze(-1)
         in_tail = (choice == num_listed).nonzero().flatten().tolist()

@@ -26,9 +26,12 @@ with its share). Counts fit in uint16 (at most N = 32768).
 
 import torch
 
+from daemon.runtime.model import native
+
 PROPOSAL_BITS = 15
 PROPOSAL_TOTAL = 1 << PROPOSAL_BITS  # N: counts of one position sum to exactly this
 MAX_LISTED = 4095  # tokens one proposal lists on the wire
+_NOT_QUANTISABLE = "probabilities could not be quantised (non-finite or all zero)"
 
 
 def quantize_counts(probs: torch.Tensor) -> torch.Tensor:
@@ -45,7 +48,7 @@ def quantize_counts(probs: torch.Tensor) -> torch.Tensor:
     rounded[:, -1] = PROPOSAL_TOTAL
     counts = torch.diff(rounded, dim=-1, prepend=torch.zeros_like(rounded[:, :1]))
     if bool((counts < 0).any()) or bool((counts.sum(dim=-1) != PROPOSAL_TOTAL).any()):
-        raise ValueError("probabilities could not be quantised (non-finite or all zero)")
+        raise ValueError(_NOT_QUANTISABLE)
     return counts
 
 
@@ -54,9 +57,48 @@ def quantize_with_tail(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """-> counts [R, S] int64 and tail counts [R] int64 (the mass outside the S tokens),
     together summing to PROPOSAL_TOTAL per row."""
-    tail = (1.0 - probs.double().sum(dim=-1, keepdim=True)).clamp(min=0.0)  # [R, 1]
-    counts = quantize_counts(torch.cat([probs.double().clamp(min=0.0), tail], dim=-1))
+    if probs.dim() != 2 or probs.shape[-1] == 0:
+        raise ValueError(f"probs must be [R, S] with S >= 1, got shape {tuple(probs.shape)}")
+    exact = probs.double()
+    if not bool(torch.isfinite(exact).all()):
+        raise ValueError(_NOT_QUANTISABLE)
+    # [R, 1] the mass outside the list: 1 - the entries' sum, taken left to right (a cumsum,
+    # not torch's blocked sum) as the native kernel takes it, so both give the same bits
+    tail = (1.0 - exact.cumsum(dim=-1)[:, -1:]).clamp(min=0.0)
+    counts = quantize_counts(torch.cat([exact.clamp(min=0.0), tail], dim=-1))
     return counts[:, :-1], counts[:, -1]
+
+
+def quantize_and_draw(
+    probs: torch.Tensor,  # [R, S] float32 the listed probabilities (not renormalised)
+    draws: torch.Tensor,  # [R] int64 in [0, PROPOSAL_TOTAL)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`quantize_with_tail` and `sample_from_counts` over [counts..., tail] in one go: ->
+    counts [R, S] int64, tails [R] int64 and the entry each draw picks [R] int64 (S: the
+    tail). One C call on a CPU with the native kernels (the same bits); torch's ops
+    elsewhere."""
+    module = native.for_rows(probs)
+    if module is None or draws.dtype != torch.int64 or draws.device.type != "cpu":
+        counts, tails = quantize_with_tail(probs)
+        choice = sample_from_counts(torch.cat([counts, tails.unsqueeze(-1)], -1), draws)
+        return counts, tails, choice
+    rows, width = probs.shape
+    if width == 0 or draws.shape != (rows,):
+        raise ValueError(
+            f"need probs [R, S] with S >= 1 and draws [R], got {tuple(probs.shape)}, "
+            f"{tuple(draws.shape)}"
+        )
+    draws = draws.contiguous()
+    counts = torch.empty(rows, width, dtype=torch.int64)
+    tails = torch.empty(rows, dtype=torch.int64)
+    choice = torch.empty(rows, dtype=torch.int64)
+    ok = module.quantize_draw(
+        probs.data_ptr(), probs.stride(0), rows, width, PROPOSAL_TOTAL, draws.data_ptr(),
+        counts.data_ptr(), tails.data_ptr(), choice.data_ptr(),
+    )  # fmt: skip
+    if not ok:
+        raise ValueError(_NOT_QUANTISABLE)
+    return counts, tails, choice
 
 
 def unlisted_token(listed: list[int], vocab_size: int, word: int) -> int:
