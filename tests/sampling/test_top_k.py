@@ -37,7 +37,7 @@ def _remember(values: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("native_on", ["1", "0"])
-@pytest.mark.parametrize("vocab", [151_936, 64 * 300 + 17, 64 * 21])
+@pytest.mark.parametrize("vocab", [151_936, 64 * 300 + 17, 4096, 64 * 21, 40])
 @pytest.mark.parametrize("k", [1, 5, 32])
 def test_the_k_largest_as_torch_finds_them(
     monkeypatch: pytest.MonkeyPatch, native_on: str, vocab: int, k: int

@@ -1768,22 +1768,52 @@ static int64_t top_offer(TopItem *h, int64_t n, int64_t k, float v, int64_t i)
  * maxima hold them all (an entry among the k largest lies in a block whose max is at least
  * the k-th largest value, and at most k blocks have such a max). blocks, best: k items each.
  * Returns 0 (nothing written) where a NaN was seen. */
-static int top_k_row(const float *x, int64_t V, int64_t k, const float *bmax, TopItem *blocks,
-                     TopItem *best, float *out_v, int64_t *out_i)
+/* The ids of the entries of x[start, end) at or above thr into cand from n on (8 at a time);
+ * returns the new count, or -1 where one of them is a NaN. */
+__attribute__((target("avx2"))) static int64_t top_candidates(const float *x, int64_t start,
+                                                              int64_t end, float thr,
+                                                              int32_t *cand, int64_t n)
 {
-    const int64_t nb = (V + 63) / 64, kb = k < nb ? k : nb;
-    int64_t n = 0, m = 0;
-    for (int64_t b = 0; b < nb; b++) {
-        if (bmax[b] != bmax[b]) return 0;
-        n = top_offer(blocks, n, kb, bmax[b], b);
-    }
-    for (int64_t j = 0; j < n; j++) {
-        const int64_t start = blocks[j].i * 64, end = start + 64 < V ? start + 64 : V;
-        for (int64_t i = start; i < end; i++) {
-            if (x[i] != x[i]) return 0;
-            m = top_offer(best, m, k, x[i], i);
+    const __m256 t8 = _mm256_set1_ps(thr);
+    int64_t i = start;
+    for (; i + 8 <= end; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) return -1;
+        unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, t8, _CMP_GE_OQ));
+        while (mask) {
+            cand[n++] = (int32_t)(i + __builtin_ctz(mask));
+            mask &= mask - 1;
         }
     }
+    for (; i < end; i++) {
+        if (x[i] != x[i]) return -1;
+        if (x[i] >= thr) cand[n++] = (int32_t)i;
+    }
+    return n;
+}
+
+/* The k largest entries of the row x [V], largest first, into out_v, out_i; bmax: the max of
+ * each block of 64 entries. The k largest block maxima bound the answer from below: k blocks
+ * hold an entry at or above the k-th of them (thr), so the k largest entries are all at or
+ * above it, and only those of the blocks whose max reaches thr are candidates (usually a few
+ * more than k); a heap of k picks them. With fewer than k blocks every entry is a candidate.
+ * cand: room for V ids. False where a block max or a candidate block's entry is a NaN. */
+static int top_k_row(const float *x, int64_t V, int64_t k, const float *bmax, TopItem *blocks,
+                     TopItem *best, int32_t *cand, float *out_v, int64_t *out_i)
+{
+    const int64_t nb = (V + 63) / 64;
+    int64_t n = 0, m = 0, c = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (bmax[b] != bmax[b]) return 0;
+        if (k <= nb) n = top_offer(blocks, n, k, bmax[b], b);
+    }
+    const float thr = k <= nb ? blocks[0].v : -INFINITY; /* the k-th largest block max */
+    for (int64_t b = 0; b < nb; b++) {
+        if (bmax[b] < thr) continue;
+        c = top_candidates(x, b * 64, b * 64 + 64 < V ? b * 64 + 64 : V, thr, cand, c);
+        if (c < 0) return 0;
+    }
+    for (int64_t j = 0; j < c; j++) m = top_offer(best, m, k, x[cand[j]], cand[j]);
     for (int64_t j = m - 1; j >= 0; j--) { /* the smallest out first: fill from the end */
         out_v[j] = best[0].v;
         out_i[j] = best[0].i;
@@ -2411,9 +2441,11 @@ static PyObject *top_k_native(PyObject *self, PyObject *const *args, Py_ssize_t 
     const int64_t nb = (V + 63) / 64;
     TopItem *heaps = malloc((size_t)(2 * k) * sizeof(TopItem));
     float *own = maxima ? NULL : malloc((size_t)nb * sizeof(float));
-    if (!heaps || (!maxima && !own)) {
+    int32_t *cand = malloc((size_t)V * sizeof(int32_t)); /* a row's candidates (top_k_row) */
+    if (!heaps || (!maxima && !own) || !cand) {
         free(heaps);
         free(own);
+        free(cand);
         return PyErr_NoMemory();
     }
     int ok = 1;
@@ -2427,11 +2459,12 @@ static PyObject *top_k_native(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
             bmax = own;
         }
-        ok = top_k_row(row, V, k, bmax, heaps, heaps + k, out_v + r * k, out_i + r * k);
+        ok = top_k_row(row, V, k, bmax, heaps, heaps + k, cand, out_v + r * k, out_i + r * k);
     }
     Py_END_ALLOW_THREADS
     free(heaps);
     free(own);
+    free(cand);
     return PyBool_FromLong(ok);
 #else
     return not_built("top_k");
