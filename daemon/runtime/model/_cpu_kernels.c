@@ -2597,26 +2597,30 @@ static PyObject *wide_list(PyObject *self, PyObject *const *args, Py_ssize_t nar
 #endif
 }
 
-/* quantize_draw(probs_ptr, ld, rows, S, total, draws_ptr, counts_ptr, tails_ptr, choice_ptr):
- * each float32 row of S listed probabilities (ld floats apart) and its tail, max(1 - their
- * sum, 0), as integer counts summing to `total` (sampling/quantized.py): the differences of
- * the running sums of the entries (negatives as 0) and the tail, scaled to `total` and rounded
- * halves up, in doubles in the order its torch path takes them; into int64 counts [rows, S]
- * and tails [rows]. choice [rows]: the entry (S: the tail) whose cumulative range [c_{i-1},
- * c_i) holds int64 draws[r] (in [0, total)). False (the outputs incomplete) where a row
- * cannot be quantised: a NaN, an infinity, or nothing to share out. */
+/* quantize_draw(probs_ptr, ld, rows, S, total, draws_ptr, ids_ptr, ld_ids, counts_ptr,
+ * tails_ptr, tokens_ptr, excluded_ptr): each float32 row of S listed probabilities (ld floats
+ * apart) and its tail, max(1 - their sum, 0), as integer counts summing to `total`
+ * (sampling/quantized.py): the differences of the running sums of the entries (negatives as
+ * 0) and the tail, scaled to `total` and rounded halves up, in doubles in the order its torch
+ * path takes them; into int64 counts [rows, S] and tails [rows]. The entry whose cumulative
+ * range [c_{i-1}, c_i) holds int64 draws[r] (in [0, total)) gives tokens[r]: its id from
+ * int64 ids [rows, ld_ids], or -1 for the tail. excluded [rows, S] int64: each entry's id
+ * where its count is positive, else -1 (the ids a tail draw must avoid). False (the outputs
+ * incomplete) where a row cannot be quantised: a NaN, an infinity, or nothing to share out. */
 static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[9];
-    if (!int_args(args, nargs, 9, 9, "quantize_draw", v)) return NULL;
+    long long v[12];
+    if (!int_args(args, nargs, 12, 12, "quantize_draw", v)) return NULL;
 #ifdef NATIVE_X86
     const float *probs = (const float *)(intptr_t)v[0];
-    const int64_t ld = v[1], rows = v[2], S = v[3], total = v[4];
+    const int64_t ld = v[1], rows = v[2], S = v[3], total = v[4], ld_ids = v[7];
     const int64_t *draws = (const int64_t *)(intptr_t)v[5];
-    int64_t *counts = (int64_t *)(intptr_t)v[6];
-    int64_t *tails = (int64_t *)(intptr_t)v[7];
-    int64_t *choice = (int64_t *)(intptr_t)v[8];
-    if (S < 1 || rows < 0 || total < 1 || total > ((int64_t)1 << 52)) {
+    const int64_t *ids = (const int64_t *)(intptr_t)v[6];
+    int64_t *counts = (int64_t *)(intptr_t)v[8];
+    int64_t *tails = (int64_t *)(intptr_t)v[9];
+    int64_t *tokens = (int64_t *)(intptr_t)v[10];
+    int64_t *excluded = (int64_t *)(intptr_t)v[11];
+    if (S < 1 || rows < 0 || total < 1 || total > ((int64_t)1 << 52) || ld_ids < S) {
         PyErr_Format(PyExc_ValueError, "quantize_draw: bad sizes rows=%lld S=%lld total=%lld",
                      v[2], v[3], v[4]);
         return NULL;
@@ -2648,6 +2652,8 @@ static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         const double n = (double)total;
         const int64_t draw = draws[r];
+        const int64_t *row_ids = ids + r * ld_ids;
+        int64_t *row_excluded = excluded + r * S;
         int64_t below = 0, picked = 0; /* the rounded running sum before entry i */
         double acc = 0.0;
         for (int64_t i = 0; i < S; i++) {
@@ -2655,11 +2661,12 @@ static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t
             acc += x > 0.0 ? x : 0.0;
             const int64_t rounded = (int64_t)floor(acc / whole * n + 0.5);
             c[i] = rounded - below;
+            row_excluded[i] = c[i] > 0 ? row_ids[i] : -1;
             below = rounded;
             picked += rounded <= draw; /* entries whose range ends at or before the draw */
         }
         tails[r] = total - below;
-        choice[r] = picked; /* the tail's range ends at total > draw */
+        tokens[r] = picked < S ? row_ids[picked] : -1; /* the tail's range ends past the draw */
     }
     return PyBool_FromLong(ok);
 #else
@@ -2711,8 +2718,9 @@ static PyMethodDef methods[] = {
      "top_k(x, ld, rows, vocab, k, maxima, ldm, out_values, out_ids): the k largest entries "
      "of each row, largest first, through the rows' block maxima; False where a NaN was seen."},
     {"quantize_draw", (PyCFunction)(void (*)(void))quantize_draw, METH_FASTCALL,
-     "quantize_draw(probs, ld, rows, S, total, draws, counts, tails, choice): listed "
-     "probabilities and their tail as integer counts, and the entry each draw picks."},
+     "quantize_draw(probs, ld, rows, S, total, draws, ids, ld_ids, counts, tails, tokens, "
+     "excluded): listed probabilities and their tail as integer counts, and the token each "
+     "draw picks."},
     {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
      "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
      "bin_width_inv, out_ids, out_q, out_n): a sampled row's widened list, whole bins of log q "

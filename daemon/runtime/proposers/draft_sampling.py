@@ -323,28 +323,26 @@ class DraftSampler:
         counts it was drawn from) per row."""
         vocab_size = logits.shape[-1]
         draws = torch.tensor([keyed_draw(k.draft_seed, k.position, PROPOSAL_BITS) for k in keys])
-        # [A', S], [A'] int64 counts and tails (rows sum to 2^15); [A'] the index each draw
-        # picks in [counts..., tail]: S means the tail
-        counts, tails, choice = quantize_and_draw(top, draws)
-        num_listed = ids.shape[-1]
-        picked = ids.gather(-1, choice.clamp(max=num_listed - 1).unsqueeze(-1)).squeeze(-1)
-        in_tail = (choice == num_listed).nonzero().flatten().tolist()
+        # [A', S], [A'] int64 counts and tails (rows sum to 2^15); [A'] the listed token each
+        # draw picks (-1: the tail); [A', S] the listed ids with a positive count (else -1)
+        counts, tails, tokens, listed = quantize_and_draw(top, ids, draws)
+        picked = tokens.tolist()
+        in_tail = [r for r, token in enumerate(picked) if token < 0]
         if in_tail:  # the Gumbel-max of q over the unlisted tokens, with the shared field
             rows = torch.tensor(in_tail)
-            listed = torch.where(counts[rows] > 0, ids[rows], -1)  # [T, S]
             tail_keys = field_keys(
                 [keys[r].draft_seed for r in in_tail], [keys[r].position for r in in_tail]
             )
             # argmax over U of (log q + G) = argmax over U of (logits + T G)
-            picked[rows] = gumbel_argmax(
-                logits, tail_keys, listed, rows=rows, noise_scale=temps[rows]
-            ).cpu()
+            drawn = gumbel_argmax(
+                logits, tail_keys, listed[rows], rows=rows, noise_scale=temps[rows]
+            ).tolist()
+            for r, token in zip(in_tail, drawn, strict=True):
+                picked[r] = token
         out = []
         from_tail = set(in_tail)
         rows_ids, rows_counts = ids.unbind(0), counts.unbind(0)  # [S] views, one call each
-        for r, (key, token, tail) in enumerate(
-            zip(keys, picked.tolist(), tails.tolist(), strict=True)
-        ):
+        for r, (key, token, tail) in enumerate(zip(keys, picked, tails.tolist(), strict=True)):
             if token < 0:  # no unlisted token has any probability: any unlisted one will do
                 listed_ids = rows_ids[r][rows_counts[r] > 0].tolist()
                 word = keyed_u64(key.draft_seed ^ TAIL_SALT, key.position)

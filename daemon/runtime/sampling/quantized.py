@@ -71,34 +71,48 @@ def quantize_with_tail(
 
 def quantize_and_draw(
     probs: torch.Tensor,  # [R, S] float32 the listed probabilities (not renormalised)
+    ids: torch.Tensor,  # [R, S] int64 their token ids
     draws: torch.Tensor,  # [R] int64 in [0, PROPOSAL_TOTAL)
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`quantize_with_tail` and `sample_from_counts` over [counts..., tail] in one go: ->
-    counts [R, S] int64, tails [R] int64 and the entry each draw picks [R] int64 (S: the
-    tail). One C call on a CPU with the native kernels (the same bits); torch's ops
-    elsewhere."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A drafter's listed rows quantised and drawn from: `quantize_with_tail`, then
+    `sample_from_counts` over [counts..., tail]. -> counts [R, S] int64, tails [R] int64, the
+    token each draw picks [R] int64 (-1: the tail, whose token the caller draws) and the ids
+    a tail draw excludes [R, S] int64 (the listed ids with a positive count, else -1). One C
+    call on a CPU with the native kernels (the same bits); torch's ops elsewhere."""
+    if probs.dim() != 2 or probs.shape[-1] == 0 or ids.shape != probs.shape:
+        raise ValueError(
+            f"need probs and ids [R, S] with S >= 1, got {tuple(probs.shape)}, {tuple(ids.shape)}"
+        )
+    rows, width = probs.shape
+    if draws.shape != (rows,):
+        raise ValueError(f"need draws [R={rows}], got {tuple(draws.shape)}")
     module = native.for_rows(probs)
-    if module is None or draws.dtype != torch.int64 or draws.device.type != "cpu":
+    if (
+        module is None
+        or draws.dtype != torch.int64
+        or ids.dtype != torch.int64
+        or draws.device.type != "cpu"
+        or ids.device.type != "cpu"
+        or ids.stride(-1) != 1
+    ):
         counts, tails = quantize_with_tail(probs)
         choice = sample_from_counts(torch.cat([counts, tails.unsqueeze(-1)], -1), draws)
-        return counts, tails, choice
-    rows, width = probs.shape
-    if width == 0 or draws.shape != (rows,):
-        raise ValueError(
-            f"need probs [R, S] with S >= 1 and draws [R], got {tuple(probs.shape)}, "
-            f"{tuple(draws.shape)}"
-        )
+        picked = ids.gather(-1, choice.clamp(max=width - 1).unsqueeze(-1)).squeeze(-1)
+        tokens = torch.where(choice < width, picked, -1)
+        return counts, tails, tokens, torch.where(counts > 0, ids, -1)
     draws = draws.contiguous()
     counts = torch.empty(rows, width, dtype=torch.int64)
     tails = torch.empty(rows, dtype=torch.int64)
-    choice = torch.empty(rows, dtype=torch.int64)
+    tokens = torch.empty(rows, dtype=torch.int64)
+    excluded = torch.empty(rows, width, dtype=torch.int64)
     ok = module.quantize_draw(
         probs.data_ptr(), probs.stride(0), rows, width, PROPOSAL_TOTAL, draws.data_ptr(),
-        counts.data_ptr(), tails.data_ptr(), choice.data_ptr(),
+        ids.data_ptr(), ids.stride(0), counts.data_ptr(), tails.data_ptr(), tokens.data_ptr(),
+        excluded.data_ptr(),
     )  # fmt: skip
     if not ok:
         raise ValueError(_NOT_QUANTISABLE)
-    return counts, tails, choice
+    return counts, tails, tokens, excluded
 
 
 def unlisted_token(listed: list[int], vocab_size: int, word: int) -> int:
