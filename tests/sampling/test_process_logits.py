@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
-from daemon.runtime.sampling.logits import process_logits, sparse_top_k
+from daemon.runtime.sampling.logits import process_logits, softmax_at_temperatures_, sparse_top_k
 
 # probabilities 0.4, 0.3, 0.2, 0.1 at temperature 1, in a shuffled vocabulary order
 LOGITS = torch.tensor([[math.log(0.2), math.log(0.4), math.log(0.1), math.log(0.3)]])
@@ -157,3 +157,35 @@ def test_in_place_rows_without_a_finite_max(
     expected = torch.softmax(logits, dim=-1)
     got = process_logits(logits.clone(), *args, inplace=True)
     torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+def test_softmax_at_temperatures_is_process_logits_in_place(
+    monkeypatch: pytest.MonkeyPatch, native_on: str
+) -> None:
+    """The verifier's shortcut for rows that do not truncate: the same bits as process_logits
+    in place where the C softmax runs (block maxima left as it leaves them); False, the
+    logits untouched, where it does not (the kernels off, a row without a finite max, a
+    strided view)."""
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(6, 4096, generator=gen) * 4
+    temps = [0.0, 0.3, 0.7, 1.0, 1.7, 0.7]  # 0: greedy, the softmax at 1
+    expected = process_logits(
+        logits.clone(), torch.tensor(temps), torch.zeros(6, dtype=torch.long), torch.ones(6),
+        inplace=True,
+    )  # fmt: skip
+    block_maxima.clear()
+    work = logits.clone()
+    ran = softmax_at_temperatures_(work, temps)
+    assert ran == (native_on == "1" and native.kernels() is not None)
+    assert torch.equal(work, expected if ran else logits)
+    assert (block_maxima.lookup(work) is not None) == ran
+    block_maxima.clear()
+    bad = logits.clone()
+    bad[2, 5] = math.nan
+    assert not softmax_at_temperatures_(bad, temps)
+    assert torch.equal(bad[:2], logits[:2])
+    wide = torch.cat([logits, logits], dim=-1)
+    assert not softmax_at_temperatures_(wide[:, :4096], temps)  # rows not contiguous
+    assert not softmax_at_temperatures_(logits.clone(), temps[:5])  # a temperature short

@@ -13,7 +13,7 @@ from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals
 from daemon.runtime.sampling.dispatch import rejection_sample_for_device
 from daemon.runtime.sampling.gumbel_field import field_keys
-from daemon.runtime.sampling.logits import process_logits
+from daemon.runtime.sampling.logits import process_logits, softmax_at_temperatures_
 from daemon.runtime.sampling.matching import accept_matching, target_choices
 from daemon.runtime.sampling.random import emit_uniforms, uniform_noise
 
@@ -99,8 +99,14 @@ def _target_probs(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
     if all(p.is_greedy for p in params):
         return logits
     num_seqs, rows, vocab = logits.shape
+    flat = logits.reshape(num_seqs * rows, vocab)
+    truncates = any(0 < p.top_k < vocab or p.top_p < 1.0 for p in params)
+    if not truncates and softmax_at_temperatures_(
+        flat, [p.temperature for p in params for _ in range(rows)]
+    ):
+        return flat.view(num_seqs, rows, vocab)
     probs = process_logits(  # in place: the logits are ours and tens of MB at a real V
-        logits.reshape(num_seqs * rows, vocab),
+        flat,
         torch.tensor([p.temperature for p in params]).repeat_interleave(rows),
         torch.tensor([p.top_k for p in params], dtype=torch.long).repeat_interleave(rows),
         torch.tensor([p.top_p for p in params]).repeat_interleave(rows),

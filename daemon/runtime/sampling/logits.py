@@ -61,6 +61,24 @@ def process_logits(
         return torch.softmax(scaled, dim=-1)
 
 
+def softmax_at_temperatures_(
+    logits: torch.Tensor,  # [N, V] float32, overwritten where it returns True
+    temperatures: list[float],  # [N] per row, 0 = greedy (the softmax at 1)
+) -> bool:
+    """`process_logits(logits, temperatures, no top-k, no top-p, inplace=True)` in one C call,
+    for callers that know on the host that no row truncates (a verify pass's sampled rows,
+    usually): the same probabilities, without the parameter tensors and checks that cost
+    more than the softmax at a small vocabulary. False (the logits untouched) where the C
+    softmax does not run: the caller calls process_logits."""
+    if len(temperatures) != logits.shape[0] or not logits.is_contiguous():
+        return False
+    # float32, as process_logits takes them, so the same 1 / T
+    temperature = torch.tensor(
+        [1.0 if t == GREEDY_TEMPERATURE else t for t in temperatures], dtype=torch.float32
+    )
+    return _native_softmax_(logits, temperature)
+
+
 def _native_softmax_(
     logits: torch.Tensor,  # [N, V] float32 contiguous, overwritten
     temperature: torch.Tensor,  # [N] > 0
