@@ -217,3 +217,32 @@ def test_output_invariants_on_random_batches(sampler: Callable) -> None:
         last = inputs.target_probs.argmax(-1).gather(1, (num - 1).unsqueeze(-1)).squeeze(-1)
         emitted = out.gather(1, (num - 1).unsqueeze(-1)).squeeze(-1)
         assert torch.equal(emitted[inputs.is_greedy], last[inputs.is_greedy])
+
+
+def test_out_of_range_values_raise_with_what_is_wrong(sampler: Callable) -> None:
+    """Each value check names its argument; a placeholder past a row's drafts is not one."""
+    drafts = torch.tensor([[1, 2, 0], [3, -1, -1]])  # row 1 drafts one token, then placeholders
+    sparse_ids = torch.zeros(2, 3, 2, dtype=torch.long)
+    good = dict(
+        num_draft_tokens=torch.tensor([3, 1]),
+        draft_sparse_ids=sparse_ids,
+        draft_sparse_probs=torch.zeros(2, 3, 2),
+        target_probs=torch.full((2, 4, VOCAB), 1 / VOCAB),
+        is_greedy=torch.tensor([False, False]),
+        uniform=torch.rand(2, 3),
+        emit_uniform=torch.rand(2, dtype=torch.float64),
+    )
+    sampler(drafts, **good)
+    with pytest.raises(ValueError, match=r"num_draft_tokens must be in \[0, K=3\]"):
+        sampler(drafts, **{**good, "num_draft_tokens": torch.tensor([3, -1])})
+    with pytest.raises(ValueError, match=r"draft_token_ids must be in \[0, V="):
+        sampler(torch.tensor([[1, 2, 0], [VOCAB, -1, -1]]), **good)
+    with pytest.raises(ValueError, match=r"draft_token_ids must be in \[0, V="):
+        sampler(torch.tensor([[1, -2, 0], [3, -1, -1]]), **good)
+    bad_ids = sparse_ids.clone()
+    bad_ids[1, 2, 1] = VOCAB
+    with pytest.raises(ValueError, match=r"draft_sparse_ids must be in \[0, V="):
+        sampler(drafts, **{**good, "draft_sparse_ids": bad_ids})
+    bad_ids[1, 2, 1] = -1
+    with pytest.raises(ValueError, match=r"draft_sparse_ids must be in \[0, V="):
+        sampler(drafts, **{**good, "draft_sparse_ids": bad_ids})
