@@ -193,7 +193,7 @@ def test_scores_made_under_inference_mode_are_searched_and_restored() -> None:
         scores = torch.softmax(torch.randn(4, 300, generator=torch.Generator().manual_seed(8)), -1)
     before = scores.clone()
     keys = field_keys([1, 2, 3, 4], [0, 0, 0, 0])
-    excluded = torch.tensor([[0, 1], [2, -1], [-1, -1], [5, 6]])
+    excluded = torch.tensor([[0, 1, 0], [2, -1, 2], [-1, -1, -1], [5, 6, 5]])  # ids repeated
     got = gumbel_argmax(scores, keys, excluded, are_probs=True)
     assert torch.equal(scores, before)
     assert got.tolist() == gumbel_argmax(before.clone(), keys, excluded, are_probs=True).tolist()
@@ -240,3 +240,20 @@ def test_topk_is_the_dense_ranking_and_starts_with_the_argmax(vocab: int, num: i
     assert torch.equal(logits, before)
     with pytest.raises(ValueError, match="num"):
         gumbel_topk(logits, keys, vocab + 1)
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+def test_excluded_ids_past_the_vocabulary_or_misshapen_are_refused(
+    monkeypatch: pytest.MonkeyPatch, native_on: str
+) -> None:
+    """Both searches (the C one masks each key's tokens itself): an id past V is an
+    IndexError, a list per key that is not [N, S] a ValueError; the scores stay as they were."""
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    scores = torch.softmax(torch.randn(3, 300, generator=torch.Generator().manual_seed(9)), -1)
+    before = scores.clone()
+    keys = field_keys([1, 2, 3], [0, 0, 0])
+    with pytest.raises(IndexError):
+        gumbel_argmax(scores, keys, torch.tensor([[0, 1], [300, -1], [-1, -1]]), are_probs=True)
+    with pytest.raises(ValueError, match="excluded"):
+        gumbel_argmax(scores, keys, torch.tensor([[0, 1], [2, -1]]), are_probs=True)
+    assert torch.equal(scores, before)

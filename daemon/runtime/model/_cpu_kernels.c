@@ -2220,7 +2220,8 @@ done:
 }
 
 /* gumbel_argmax(scores_ptr, ld, vocab, num_rows, rows_ptr, keys_ptr, scales_ptr, maxima_ptr,
- * ldm, num_keys, out_ptr, are_probs, hints_ptr, scales_f32, runs_ptr, num_runs): for key i
+ * ldm, num_keys, out_ptr, are_probs, hints_ptr, scales_f32, runs_ptr, num_runs, excluded_ptr,
+ * width): for key i
  * (int64 keys[i]) over float32 row rows[i] (rows_ptr 0: row i) of the num_rows rows of
  * scores (ld floats apart), with noise scale double scales[i] (scales_f32: float32
  * scales[i], as a double; scales_ptr 0: 1), the token into int64 out[i]. maxima_ptr 0: none
@@ -2230,15 +2231,19 @@ done:
  * drawn where it wins. runs_ptr (with hints; 0: none): int64 lengths of num_runs runs of
  * consecutive keys (a sequence's draft positions, then its bonus): after a key whose answer
  * is not its hint, the rest of its run is not searched (out -3): a verifier accepts drafts
- * up to the first that is not its choice and never reads the choices after it. IndexError
- * for a row outside the scores; ValueError for runs that do not cover the keys. Returns
- * False where a NaN was seen (out is then not to be used). */
+ * up to the first that is not its choice and never reads the choices after it. excluded_ptr
+ * (0: none): int64 [num_keys, width] token ids key i may not pick (entries < 0 unused): they
+ * score -inf (probabilities: 0) for its search and get their values back after it, so the
+ * scores are left as they were. IndexError for a row outside the scores or an excluded id past
+ * the vocabulary; ValueError for runs that do not cover the keys. Returns False where a NaN
+ * was seen (out is then not to be used). */
 static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[16];
-    if (!int_args(args, nargs, 16, 16, "gumbel_argmax", v)) return NULL;
+    long long v[18];
+    if (!int_args(args, nargs, 18, 18, "gumbel_argmax", v)) return NULL;
 #ifdef NATIVE_X86
     const float *scores = (const float *)(intptr_t)v[0];
+    const int64_t *excluded = (const int64_t *)(intptr_t)v[16], width = excluded ? v[17] : 0;
     const int64_t ld = v[1], V = v[2], num_rows = v[3], ldm = v[8], num = v[9];
     const int64_t *rows = (const int64_t *)(intptr_t)v[4];
     const int64_t *keys = (const int64_t *)(intptr_t)v[5];
@@ -2271,9 +2276,22 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
             return NULL;
         }
     }
+    for (int64_t j = 0; j < num * width; j++) {
+        if (excluded[j] >= V) {
+            PyErr_Format(PyExc_IndexError, "excluded id %lld out of range for %lld tokens",
+                         (long long)excluded[j], (long long)V);
+            return NULL;
+        }
+    }
     const int64_t nb = (V + G_BLOCK - 1) / G_BLOCK;
     double *scratch = malloc((size_t)(G_SCRATCH(nb) + 1) * sizeof(double));
-    if (!scratch) return PyErr_NoMemory();
+    float *saved = malloc((size_t)(width + 1) * sizeof(float));
+    if (!scratch || !saved) {
+        free(scratch);
+        free(saved);
+        return PyErr_NoMemory();
+    }
+    const float fill = v[11] ? 0.0f : -INFINITY; /* what an excluded token scores: never wins */
     int clean = 1;
     int64_t run = -1, run_end = 0, missed = 0; /* runs: the current one, where it ends */
     Py_BEGIN_ALLOW_THREADS
@@ -2299,15 +2317,28 @@ static PyObject *gumbel_argmax_native(PyObject *self, PyObject *const *args, Py_
             g_prefetch_row(scores + next * ld, V, maxima ? maxima + next * ldm : NULL,
                            hints ? hints[i + 1] : -1);
         }
-        out[i] = gumbel_row(scores + r * ld, V, maxima ? maxima + r * ldm : NULL,
-                            (uint64_t)keys[i],
+        /* the key's excluded tokens masked for its search, then restored (last first: a
+         * repeated id gets its own value back); the row's block maxima still bound it */
+        float *row = (float *)(scores + r * ld);
+        const int64_t *ex = excluded ? excluded + i * width : NULL;
+        for (int64_t j = 0; j < width; j++) {
+            if (ex[j] >= 0) {
+                saved[j] = row[ex[j]];
+                row[ex[j]] = fill;
+            }
+        }
+        out[i] = gumbel_row(row, V, maxima ? maxima + r * ldm : NULL, (uint64_t)keys[i],
                             scales ? scales[i] : scales_f32 ? (double)scales_f32[i] : 1.0,
                             v[11] != 0, hints ? hints[i] : -1, scratch);
+        for (int64_t j = width - 1; j >= 0; j--) {
+            if (ex[j] >= 0) row[ex[j]] = saved[j];
+        }
         clean = out[i] != -2;
         missed = runs && hints[i] >= 0 && out[i] != hints[i];
     }
     Py_END_ALLOW_THREADS
     free(scratch);
+    free(saved);
     return PyBool_FromLong(clean);
 #else
     return not_built("gumbel_argmax");

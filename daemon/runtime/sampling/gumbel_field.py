@@ -266,6 +266,12 @@ def gumbel_argmax(
         raise ValueError(f"{num_keys} keys for {scores.shape[0]} rows of scores")
     if excluded is None or not excluded.numel():
         return _search(scores, rows, keys, are_probs, noise_scale, hints, runs)
+    if excluded.dim() != 2 or excluded.shape[0] != num_keys:
+        raise ValueError(f"excluded must be [N={num_keys}, S], got {tuple(excluded.shape)}")
+    if scores.is_contiguous():  # the C search masks and restores each key's tokens itself
+        found = _native_search(scores, rows, keys, are_probs, noise_scale, hints, runs, excluded)
+        if found is not None:
+            return found
     if rows is None:
         rows = torch.arange(num_keys, device=scores.device)
     if not scores.is_contiguous():  # masking in place needs rows that own their memory
@@ -492,6 +498,7 @@ def _native_search(
     noise_scale: torch.Tensor | None,  # [N]
     hints: torch.Tensor | None,  # [N]
     runs: list[int] | None = None,  # (with hints) lengths of runs of keys, see gumbel_argmax
+    excluded: torch.Tensor | None = None,  # [N, S] ids key n may not pick (< 0: unused)
 ) -> torch.Tensor | None:
     """The same search in C (_cpu_kernels.c, one call for every key: the torch search is ~100
     small ops a call), for float32 logits or probabilities on a CPU with the native kernels;
@@ -513,6 +520,7 @@ def _native_search(
         scale = scale.to(torch.float64).contiguous()
     maxima = block_maxima.lookup_rows(scores)  # [R, nb] (logits or probabilities) or None
     runs_t = int64_tensor(runs) if runs is not None and hints is not None else None
+    excluded = None if excluded is None else _int64(excluded)
     out = torch.empty(num_keys, dtype=torch.int64)
     clean = module.gumbel_argmax(
         scores.data_ptr(),
@@ -531,6 +539,8 @@ def _native_search(
         scale is not None and scale.dtype == torch.float32,
         _address(runs_t),
         0 if runs_t is None else runs_t.shape[0],
+        _address(excluded),
+        0 if excluded is None else excluded.shape[1],
     )
     return out if clean else None
 
