@@ -2705,6 +2705,78 @@ static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t
 #endif
 }
 
+/* listed_stats(ids_ptr, probs_ptr, tail_ptr, S, drafts_ptr, B, K, target_ptr, ld_b, ld_k,
+ * greedy_ptr, q_ptr, p_ptr, is_tail_ptr, point_ptr): the verifier's view of B x K listed
+ * proposals (sampling/rejection.py), one pass over each position's S entries: int64 ids
+ * [B, K, S] and float32 probs [B, K, S] (a positive prob lists its id; ids unique among
+ * those), float32 tails [B, K], int64 drafts [B, K] (>= 0), float32 target probabilities of
+ * position (b, k) at target + b * ld_b + k * ld_k (V contiguous floats; ids and drafts are
+ * below V), uint8 greedy [B]. Writes float32 q [B, K]: the draft's proposal probability (its
+ * listed prob; unlisted: the tail; 1 where the probs and tail are all 0, a point mass);
+ * float32 p [B, K]: the target's probability of the draft, or of its class U (1 - the target's
+ * mass on the listed ids, at least 0; summed in doubles) where the draft is unlisted under a
+ * positive tail in a sampled row; uint8 is_tail [B, K] there; uint8 point [B, K] for point
+ * masses. */
+static PyObject *listed_stats(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[15];
+    if (!int_args(args, nargs, 15, 15, "listed_stats", v)) return NULL;
+#ifdef NATIVE_X86
+    const int64_t *ids = (const int64_t *)(intptr_t)v[0];
+    const float *probs = (const float *)(intptr_t)v[1];
+    const float *tails = (const float *)(intptr_t)v[2];
+    const int64_t S = v[3], B = v[5], K = v[6], ld_b = v[8], ld_k = v[9];
+    const int64_t *drafts = (const int64_t *)(intptr_t)v[4];
+    const float *target = (const float *)(intptr_t)v[7];
+    const uint8_t *greedy = (const uint8_t *)(intptr_t)v[10];
+    float *q_out = (float *)(intptr_t)v[11];
+    float *p_out = (float *)(intptr_t)v[12];
+    uint8_t *tail_out = (uint8_t *)(intptr_t)v[13];
+    uint8_t *point_out = (uint8_t *)(intptr_t)v[14];
+    if (S < 0 || B < 0 || K < 0) {
+        PyErr_Format(PyExc_ValueError, "listed_stats: bad sizes S=%lld B=%lld K=%lld", v[3],
+                     v[5], v[6]);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t k = 0; k < K; k++) {
+            const int64_t at = b * K + k, draft = drafts[at];
+            const int64_t *id = ids + at * S;
+            const float *pr = probs + at * S;
+            const float *p = target + b * ld_b + k * ld_k;
+            const float tail = tails[at];
+            float listed = 0.0f;
+            int hit = 0, all_zero = 1;
+            double p_listed = 0.0;
+            for (int64_t j = 0; j < S; j++) {
+                const float x = pr[j];
+                if (x > 0.0f) {
+                    p_listed += (double)p[id[j]];
+                    if (id[j] == draft) {
+                        listed += x;
+                        hit = 1;
+                    }
+                }
+                all_zero &= x == 0.0f; /* a negative or NaN prob is not a point mass */
+            }
+            const int point = all_zero && tail == 0.0f;
+            const int is_tail = !hit && tail > 0.0f && !greedy[b];
+            q_out[at] = point ? 1.0f : hit ? listed : tail;
+            float unlisted = 1.0f - (float)p_listed;
+            unlisted = unlisted < 0.0f ? 0.0f : unlisted; /* a NaN stays one */
+            p_out[at] = is_tail ? unlisted : p[draft];
+            tail_out[at] = (uint8_t)is_tail;
+            point_out[at] = (uint8_t)point;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+#else
+    return not_built("listed_stats");
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"has_avx512", has_avx512, METH_NOARGS,
@@ -2752,6 +2824,10 @@ static PyMethodDef methods[] = {
      "quantize_draw(probs, ld, rows, S, total, draws, ids, ld_ids, counts, tails, tokens, "
      "excluded): listed probabilities and their tail as integer counts, and the token each "
      "draw picks."},
+    {"listed_stats", (PyCFunction)(void (*)(void))listed_stats, METH_FASTCALL,
+     "listed_stats(ids, probs, tails, S, drafts, B, K, target, ld_b, ld_k, greedy, q, p, "
+     "is_tail, point): each draft's proposal and target probabilities under listed "
+     "proposals."},
     {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
      "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
      "bin_width_inv, out_ids, out_q, out_n): a sampled row's widened list, whole bins of log q "

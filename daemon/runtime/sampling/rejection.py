@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
+from daemon.runtime.model import native
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.checks import check_rejection_inputs
 from daemon.runtime.sampling.coupled_bonus import bonus_tokens
@@ -101,12 +102,19 @@ def rejection_sample(
     target_argmax = argmax_last(target_probs) if any_greedy else None
     if target_argmax is not None and bool(is_greedy.all()):
         return _greedy(draft_token_ids, is_real, target_argmax)
-    # [B, K]
-    p_draft = target_probs[:, :max_k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    q_draft, is_tail = _proposal_prob_of_draft(drafts, sparse, is_greedy)
-    if is_tail is not None:  # an unlisted draft is tested as its class U: p(U) against the tail
-        assert sparse is not None
-        p_draft = torch.where(is_tail, _unlisted_mass(target_probs[:, :max_k], sparse), p_draft)
+    # [B, K] q and p of each draft (an unlisted draft is tested as its class U: p(U) against
+    # the tail), where it is unlisted under a tail, and where its proposal is a point mass
+    stats = _native_listed_stats(drafts, sparse, target_probs, is_greedy)
+    if stats is not None:
+        q_draft, p_draft, is_tail, is_point = stats
+        is_tail = is_tail if bool(is_tail.any()) else None
+    else:
+        is_point = None
+        p_draft = target_probs[:, :max_k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+        q_draft, is_tail = _proposal_prob_of_draft(drafts, sparse, is_greedy)
+        if is_tail is not None:
+            assert sparse is not None
+            p_draft = torch.where(is_tail, _unlisted_mass(target_probs[:, :max_k], sparse), p_draft)
     # u * q(x) < p(x)  <=>  u < p(x) / q(x): accept with prob min(1, p/q); q <= p always accepts
     # and p(x) == 0 never does.
     accept = uniform * q_draft < p_draft
@@ -116,7 +124,10 @@ def rejection_sample(
     accept &= is_real
     # [B, K] the verifier's own token where a draft is matched rather than tested, else -1
     coupled = None
-    if position_keys is not None:  # without keys such drafts are tested as point masses
+    if position_keys is not None and is_point is not None:  # matched_drafts, from the stats
+        is_matched = is_point & is_real & ~is_greedy.unsqueeze(-1)
+        coupled = _matched_tokens(is_matched, target_probs, position_keys)
+    elif position_keys is not None:  # without keys such drafts are tested as point masses
         is_matched = matched_drafts(
             num_draft_tokens,
             None if sparse is None else sparse.probs,
@@ -269,6 +280,40 @@ class _Sparse:
         if ids is None or probs is None or tail is None:
             return None
         return _Sparse(ids, probs.float(), tail.float())
+
+
+def _native_listed_stats(
+    drafts: torch.Tensor,  # [B, K] >= 0
+    sparse: "_Sparse | None",
+    target_probs: torch.Tensor,  # [B, K+1, V]
+    is_greedy: torch.Tensor,  # [B]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(q_draft [B, K] float32, p_draft [B, K] float32, is_tail [B, K] bool, is_point [B, K]
+    bool) in one C pass over the listed entries, on a CPU with the native kernels: what
+    _proposal_prob_of_draft, _unlisted_mass and matched_drafts' point-mass test give, with
+    the target's mass on the listed ids summed in doubles (torch's float32 sum can differ in
+    its last bit, which decides an accept test only where the uniform falls within it). None
+    where it does not apply: the ops above run."""
+    if sparse is None or target_probs.dim() != 3 or target_probs.stride(-1) != 1:
+        return None
+    module = native.for_rows(target_probs[:, 0])
+    if module is None or sparse.ids.device.type != "cpu" or drafts.device.type != "cpu":
+        return None
+    num_seqs, max_k = drafts.shape
+    ids, probs, tail = (t.contiguous() for t in (sparse.ids, sparse.probs, sparse.tail))
+    drafts = drafts.contiguous()
+    greedy = is_greedy.to(torch.uint8).contiguous()
+    q = torch.empty(num_seqs, max_k)
+    p = torch.empty(num_seqs, max_k)
+    is_tail = torch.empty(num_seqs, max_k, dtype=torch.bool)
+    is_point = torch.empty(num_seqs, max_k, dtype=torch.bool)
+    module.listed_stats(
+        ids.data_ptr(), probs.data_ptr(), tail.data_ptr(), ids.shape[-1], drafts.data_ptr(),
+        num_seqs, max_k, target_probs.data_ptr(), target_probs.stride(0),
+        target_probs.stride(1), greedy.data_ptr(), q.data_ptr(), p.data_ptr(),
+        is_tail.data_ptr(), is_point.data_ptr(),
+    )  # fmt: skip
+    return q, p, is_tail, is_point
 
 
 def _proposal_prob_of_draft(

@@ -1,0 +1,72 @@
+"""The verifier's per-draft view of listed proposals in one C pass (rejection.py's
+_native_listed_stats) against the torch ops it replaces: the draft's proposal probability,
+its target probability (of its class U where it is an unlisted tail draft), which drafts are
+tail drafts and which proposals are point masses."""
+
+import pytest
+import torch
+from sampling_batches import random_batch
+
+from daemon.runtime.model import native
+from daemon.runtime.sampling.rejection import (
+    _native_listed_stats,
+    _proposal_prob_of_draft,
+    _Sparse,
+    _unlisted_mass,
+    matched_drafts,
+    rejection_sample,
+)
+
+needs_native = pytest.mark.skipif(native.kernels() is None, reason="native kernels not built")
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(6))
+def test_native_stats_match_the_torch_ops(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    inputs = random_batch(
+        gen, num_seqs=48, max_k=4, vocab_size=300, num_sparse=[1, 3, 40][seed % 3]
+    )
+    assert inputs.draft_sparse_ids is not None and inputs.draft_sparse_probs is not None
+    tail = inputs.draft_sparse_tail
+    assert tail is not None
+    tail[::7] = 0.0  # some positions without a tail
+    probs = inputs.draft_sparse_probs
+    probs[1::9] = 0.0  # ... and some of those point masses (all-zero probs, no tail)
+    sparse = _Sparse(inputs.draft_sparse_ids, probs, tail)
+    drafts = inputs.draft_token_ids.clamp(min=0)
+    max_k = drafts.shape[1]
+    stats = _native_listed_stats(drafts, sparse, inputs.target_probs, inputs.is_greedy)
+    assert stats is not None
+    q, p, is_tail, is_point = stats
+    q_ref, tail_ref = _proposal_prob_of_draft(drafts, sparse, inputs.is_greedy)
+    tail_ref = torch.zeros_like(is_tail) if tail_ref is None else tail_ref
+    assert torch.equal(q, q_ref)
+    assert torch.equal(is_tail, tail_ref)
+    assert is_tail.any() and (~is_tail).any()
+    p_ref = inputs.target_probs[:, :max_k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    unlisted = _unlisted_mass(inputs.target_probs[:, :max_k], sparse)
+    assert torch.equal(p[~is_tail], p_ref[~is_tail])
+    # p(U): float32 of a double sum against torch's float32 sum, a few ulp apart at most
+    torch.testing.assert_close(p[is_tail], unlisted[is_tail], rtol=1e-6, atol=1e-7)
+    everything = torch.full((drafts.shape[0],), max_k)
+    no_greedy = torch.zeros(drafts.shape[0], dtype=torch.bool)
+    points = matched_drafts(everything, probs, tail, no_greedy, max_k)
+    assert torch.equal(is_point, points)
+    assert is_point.any()
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+def test_rejection_with_and_without_the_native_stats(
+    monkeypatch: pytest.MonkeyPatch, native_on: str
+) -> None:
+    """The sampler's outputs are well formed either way, and the same where no tail draft's
+    accept test falls within rounding of its threshold (none does in these batches)."""
+    gen = torch.Generator().manual_seed(11)
+    inputs = random_batch(gen, num_seqs=64, max_k=4, vocab_size=200, num_sparse=5)
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    out, num = rejection_sample(*inputs.args())
+    monkeypatch.setenv(native.DISABLE_ENV, "0")
+    ref_out, ref_num = rejection_sample(*inputs.args())
+    assert torch.equal(num, ref_num)
+    assert torch.equal(out, ref_out)
