@@ -56,17 +56,25 @@ def test_native_stats_match_the_torch_ops(seed: int) -> None:
     assert is_point.any()
 
 
-@pytest.mark.parametrize("native_on", ["1", "0"])
-def test_rejection_with_and_without_the_native_stats(
-    monkeypatch: pytest.MonkeyPatch, native_on: str
+@needs_native
+@pytest.mark.parametrize("num_sparse", [None, 1, 5, 40])
+@pytest.mark.parametrize("vocab", [200, 3000])
+def test_rejection_with_and_without_the_native_kernels(
+    monkeypatch: pytest.MonkeyPatch, num_sparse: int | None, vocab: int
 ) -> None:
-    """The sampler's outputs are well formed either way, and the same where no tail draft's
-    accept test falls within rounding of its threshold (none does in these batches)."""
-    gen = torch.Generator().manual_seed(11)
-    inputs = random_batch(gen, num_seqs=64, max_k=4, vocab_size=200, num_sparse=5)
-    monkeypatch.setenv(native.DISABLE_ENV, native_on)
-    out, num = rejection_sample(*inputs.args())
-    monkeypatch.setenv(native.DISABLE_ENV, "0")
-    ref_out, ref_num = rejection_sample(*inputs.args())
-    assert torch.equal(num, ref_num)
-    assert torch.equal(out, ref_out)
+    """The whole sampler with the C passes (the drafts' stats, the residual's token) and with
+    torch's ops only: the same accepted lengths and tokens, rejections and bonuses, point
+    masses, listed drafts and tail drafts (they could differ only where a uniform falls
+    within rounding of a threshold or a CDF boundary; none does in these batches). 3,000:
+    three blocks of the inverse CDF, the last one partial."""
+    for seed in range(4):
+        gen = torch.Generator().manual_seed(100 * seed + vocab)
+        inputs = random_batch(gen, num_seqs=64, max_k=4, vocab_size=vocab, num_sparse=num_sparse)
+        monkeypatch.setenv(native.DISABLE_ENV, "1")
+        out, num = rejection_sample(*inputs.args())
+        monkeypatch.setenv(native.DISABLE_ENV, "0")
+        ref_out, ref_num = rejection_sample(*inputs.args())
+        assert torch.equal(num, ref_num)
+        assert torch.equal(out, ref_out)
+        rejected = num <= inputs.num_draft_tokens
+        assert rejected.any() and (~rejected).any()  # corrections and bonuses both sampled

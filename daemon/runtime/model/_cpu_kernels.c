@@ -2777,6 +2777,152 @@ static PyObject *listed_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
 #endif
 }
 
+/* The sum of n floats in doubles, 8 at a time in two accumulators of 4 (a fixed order). */
+__attribute__((target("avx2"))) static double sum_as_doubles(const float *x, int64_t n)
+{
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+    }
+    double lanes[4], total = 0.0;
+    _mm256_storeu_pd(lanes, _mm256_add_pd(a0, a1));
+    for (int l = 0; l < 4; l++) total += lanes[l];
+    for (; i < n; i++) total += (double)x[i];
+    return total;
+}
+
+#define ICDF_BLOCK 1024 /* sampling/inverse_cdf.BLOCK */
+
+/* sample_inverse_cdf for one row of V non-negative weights and a uniform u in [0, 1): block
+ * sums (in doubles here), their running sum, the block whose end first passes u * total, then
+ * the entry inside it whose running end first does; past the block's last entry (rounding):
+ * its last positive one. ends: room for ceil(V / ICDF_BLOCK) doubles. */
+static int64_t inverse_cdf_row(const float *w, int64_t V, double u, double *ends)
+{
+    const int64_t nb = (V + ICDF_BLOCK - 1) / ICDF_BLOCK;
+    double acc = 0.0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t width = b < nb - 1 ? ICDF_BLOCK : V - b * ICDF_BLOCK;
+        acc += sum_as_doubles(w + b * ICDF_BLOCK, width);
+        ends[b] = acc;
+    }
+    const double point = u * ends[nb - 1];
+    int64_t blk = 0;
+    while (blk < nb - 1 && ends[blk] <= point) blk++;
+    const float *local = w + blk * ICDF_BLOCK;
+    const int64_t width = blk < nb - 1 ? ICDF_BLOCK : V - blk * ICDF_BLOCK;
+    double end = blk > 0 ? ends[blk - 1] : 0.0;
+    int64_t index = 0, last_positive = 0;
+    for (; index < width; index++) {
+        end += (double)local[index];
+        if (end > point) break;
+    }
+    if (index >= width) {
+        for (int64_t i = 0; i < width; i++) {
+            if (local[i] > 0.0f) last_positive = i;
+        }
+        index = last_positive;
+    }
+    return blk * ICDF_BLOCK + index;
+}
+
+/* residual_sample(target_ptr, ld_b, ld_k, V, seqs_ptr, at_ptr, E, num_draft_ptr, drafts_ptr,
+ * K, ids_ptr, probs_ptr, tails_ptr, S, uniform_ptr, out_ptr): the verifier's emitted token
+ * where it is neither settled nor greedy (sampling/rejection.py's _emitted_token), for E rows:
+ * sequence seqs[e] at position at[e] (int64), the target's float32 probabilities there at
+ * target + seq * ld_b + at * ld_k (V contiguous floats). At a rejected draft (at < int64
+ * num_draft[seq]) the residual max(0, p - q) of its proposal: ids_ptr 0, a point mass on
+ * drafts[seq, at] (int64 [B, K], >= 0); else int64 ids and float32 probs [B, K, S] and float32
+ * tails [B, K]: q the listed probs on their ids and tail * p / p(U) on the rest (p(U) the
+ * target's mass off the listed ids, summed in doubles, at least MIN_MASS), or a point mass
+ * where probs and tail are all 0. At the bonus (at == num_draft) p itself; p again where the
+ * residual has nothing left. The token by sample_inverse_cdf with float64 uniform[seq]
+ * (block sums in doubles here) into int64 out [E]. */
+static PyObject *residual_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[16];
+    if (!int_args(args, nargs, 16, 16, "residual_sample", v)) return NULL;
+#ifdef NATIVE_X86
+    const float *target = (const float *)(intptr_t)v[0];
+    const int64_t ld_b = v[1], ld_k = v[2], V = v[3], E = v[6], K = v[9], S = v[13];
+    const int64_t *seqs = (const int64_t *)(intptr_t)v[4];
+    const int64_t *at = (const int64_t *)(intptr_t)v[5];
+    const int64_t *num_draft = (const int64_t *)(intptr_t)v[7];
+    const int64_t *drafts = (const int64_t *)(intptr_t)v[8];
+    const int64_t *ids = (const int64_t *)(intptr_t)v[10];
+    const float *probs = (const float *)(intptr_t)v[11];
+    const float *tails = (const float *)(intptr_t)v[12];
+    const double *uniform = (const double *)(intptr_t)v[14];
+    int64_t *out = (int64_t *)(intptr_t)v[15];
+    if (V < 1 || E < 0 || K < 0 || (ids && S < 0)) {
+        PyErr_Format(PyExc_ValueError, "residual_sample: bad sizes V=%lld E=%lld K=%lld", v[3],
+                     v[6], v[9]);
+        return NULL;
+    }
+    float *w = malloc((size_t)V * sizeof(float));
+    double *ends = malloc((size_t)((V + ICDF_BLOCK - 1) / ICDF_BLOCK) * sizeof(double));
+    if (!w || !ends) {
+        free(w);
+        free(ends);
+        return PyErr_NoMemory();
+    }
+    const float min_mass = (float)1e-30; /* rejection.MIN_MASS */
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t b = seqs[e], a = at[e];
+        const float *p = target + b * ld_b + a * ld_k;
+        if (K == 0) { /* no drafts: p itself */
+            out[e] = inverse_cdf_row(p, V, uniform[b], ends);
+            continue;
+        }
+        const int has_draft = a < num_draft[b];
+        const int64_t ak = a < K ? a : K - 1, draft = drafts[b * K + ak];
+        float keep = 1.0f, point = has_draft ? 1.0f : 0.0f;
+        const int64_t *id = ids ? ids + (b * K + ak) * S : NULL;
+        const float *pr = ids ? probs + (b * K + ak) * S : NULL;
+        int64_t listed = 0; /* entries to fix up: the position's S where it has a draft */
+        if (ids) {
+            const float tail = has_draft ? tails[b * K + ak] : 0.0f;
+            double p_listed = 0.0;
+            int all_zero = 1;
+            for (int64_t j = 0; j < S && has_draft; j++) {
+                if (pr[j] > 0.0f) p_listed += (double)p[id[j]];
+                all_zero &= pr[j] == 0.0f;
+            }
+            float unlisted = 1.0f - (float)p_listed;
+            unlisted = unlisted < 0.0f ? 0.0f : unlisted;
+            if (tail > 0.0f) {
+                const float kept = 1.0f - tail / (unlisted < min_mass ? min_mass : unlisted);
+                keep = kept < 0.0f ? 0.0f : kept;
+            }
+            if (!(all_zero && tail == 0.0f)) point = 0.0f;
+            listed = has_draft ? S : 0;
+        }
+        /* w = p * keep; the listed entries max(0, p - q); the draft max(0, w - point) */
+        for (int64_t i = 0; i < V; i++) w[i] = p[i] * keep;
+        for (int64_t j = 0; j < listed; j++) {
+            if (pr[j] > 0.0f) {
+                const float r = p[id[j]] - pr[j];
+                w[id[j]] = r < 0.0f ? 0.0f : r;
+            }
+        }
+        const float rd = w[draft] - point;
+        w[draft] = rd < 0.0f ? 0.0f : rd;
+        float top = 0.0f;
+        for (int64_t i = 0; i < V; i++) top = w[i] > top ? w[i] : top;
+        out[e] = inverse_cdf_row(top > 0.0f ? w : p, V, uniform[b], ends);
+    }
+    Py_END_ALLOW_THREADS
+    free(w);
+    free(ends);
+    Py_RETURN_NONE;
+#else
+    return not_built("residual_sample");
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"has_avx512", has_avx512, METH_NOARGS,
@@ -2828,6 +2974,10 @@ static PyMethodDef methods[] = {
      "listed_stats(ids, probs, tails, S, drafts, B, K, target, ld_b, ld_k, greedy, q, p, "
      "is_tail, point): each draft's proposal and target probabilities under listed "
      "proposals."},
+    {"residual_sample", (PyCFunction)(void (*)(void))residual_sample, METH_FASTCALL,
+     "residual_sample(target, ld_b, ld_k, V, seqs, at, E, num_draft, drafts, K, ids, probs, "
+     "tails, S, uniform, out): the verifier's correction or bonus token from the residual "
+     "of each row's proposal."},
     {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
      "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
      "bin_width_inv, out_ids, out_q, out_n): a sampled row's widened list, whole bins of log q "
