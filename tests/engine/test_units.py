@@ -640,6 +640,19 @@ def test_pack_records_lays_out_point_masses_and_ragged_sparse_draws() -> None:
     assert pack_records([b]).sparse_ids is None  # point masses only: no sparse tensors
 
 
+def test_padded_rows_is_pad_sequence() -> None:
+    """pack_records' padding: rows of one length stacked, of several padded with 0, as
+    pad_sequence lays them out (rows of a length in their own order among the others)."""
+    from torch.nn.utils.rnn import pad_sequence
+
+    from daemon.runtime.proposers.drafts import _padded_rows
+
+    gen = torch.Generator().manual_seed(3)
+    for lengths in ([4, 4, 4], [3, 1, 3, 2, 1, 5], [1], [7, 2]):
+        rows = [torch.randint(1, 100, (n,), generator=gen) for n in lengths]
+        assert torch.equal(_padded_rows(rows), pad_sequence(rows, batch_first=True))
+
+
 def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:
     """Batch 16, drafting 3 ms a step, passes of 1-3 tokens 10 ms each, acceptance falling
     fast (0.9, then 0.5, then 0.1): k = 2 is best (2.35 tokens / 16 ms). k = 3 could not beat

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from daemon.runtime.proposers.base import (
     PLACEHOLDER_TOKEN_ID,
@@ -147,8 +146,8 @@ def pack_records(records: list[DraftRecord]) -> Proposals:
         rows = torch.tensor([row for row, _, _ in draws])  # [E]
         positions = torch.tensor([pos for _, pos, _ in draws])  # [E]
         # [E, S] padded with id 0 and count 0 (probability 0: padding)
-        ids = pad_sequence([d.ids for _, _, d in draws], batch_first=True)
-        counts = pad_sequence([d.counts for _, _, d in draws], batch_first=True)
+        ids = _padded_rows([d.ids for _, _, d in draws])
+        counts = _padded_rows([d.counts for _, _, d in draws])
         width = ids.shape[-1]
         sparse_ids = torch.zeros((num_rows, max_k, width), dtype=torch.long)  # [B, K, S]
         sparse_probs = torch.zeros((num_rows, max_k, width))  # [B, K, S]
@@ -164,3 +163,19 @@ def pack_records(records: list[DraftRecord]) -> Proposals:
         sparse_probs=sparse_probs,
         sparse_tail=sparse_tail,
     )
+
+
+def _padded_rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    """1-D tensors -> [E, S] padded with 0 past each row's length (S the longest): what
+    pad_sequence gives, by stacking the rows of each length (a draft step's rows share one:
+    a few stacks, where pad_sequence copies row by row, ~1 us a row in four ops each)."""
+    width = max(row.shape[0] for row in rows)
+    by_length: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_length.setdefault(row.shape[0], []).append(i)
+    if len(by_length) == 1:
+        return torch.stack(rows)
+    out = rows[0].new_zeros(len(rows), width)
+    for length, members in by_length.items():
+        out[members, :length] = torch.stack([rows[i] for i in members])
+    return out
