@@ -385,10 +385,11 @@ def _native_residual_tokens(
 ) -> torch.Tensor | None:
     """The tokens [E] int64 _emitted_token samples for `rows`, in one C call on a CPU with the
     native kernels: each row's residual written once into a scratch row (not a copy of
-    [E, V] and ~20 ops over it) and sampled by inverse CDF with block sums in doubles (torch's
-    are float32: a token can differ only where the uniform falls within their rounding of a
-    boundary, ~1e-9). p(U) is summed in doubles as in _native_listed_stats. None where it
-    does not apply."""
+    [E, V] and ~20 ops over it) and sampled by inverse CDF with block sums in doubles.
+    torch's block sums are float32, which moves the CDF's boundaries by up to ~1e-8: the two
+    paths draw different tokens when a uniform falls between a boundary's two places, about
+    once in 10^4 draws at a few thousand tokens (both exact samples up to that rounding).
+    p(U) is summed in doubles as in _native_listed_stats. None where it does not apply."""
     if target_probs.dim() != 3 or target_probs.stride(-1) != 1:
         return None
     module = native.for_rows(target_probs[:, 0])
