@@ -72,7 +72,11 @@ def test_the_lists_are_whole_bins_down_to_the_mass_within_the_budget(
 @pytest.mark.skipif(native.kernels() is None, reason="the native kernels are not built here")
 @pytest.mark.parametrize("vocab", [4096, 5000])
 @pytest.mark.parametrize("budget", [64, 700, 5000])
-def test_the_c_kernel_and_torch_list_the_same(vocab: int, budget: int) -> None:
+@pytest.mark.parametrize("avx512", ["1", "0"])  # the fitting tokens packed 16 or 8 at a time
+def test_the_c_kernel_and_torch_list_the_same(
+    monkeypatch: pytest.MonkeyPatch, vocab: int, budget: int, avx512: str
+) -> None:
+    monkeypatch.setenv("SPECCTL_AVX512", avx512)
     case = _case(vocab, seed=3 * vocab + budget)
     case[-1][2] = 0.999  # a target of 1 is a tie the float32 exps' last bits decide
     width = min(budget, vocab)
