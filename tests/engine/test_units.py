@@ -3,6 +3,7 @@
 import math
 import random
 
+import pytest
 import torch
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
@@ -651,6 +652,39 @@ def test_padded_rows_is_pad_sequence() -> None:
     for lengths in ([4, 4, 4], [3, 1, 3, 2, 1, 5], [1], [7, 2]):
         rows = [torch.randint(1, 100, (n,), generator=gen) for n in lengths]
         assert torch.equal(_padded_rows(rows), pad_sequence(rows, batch_first=True))
+
+
+def test_pack_records_the_same_with_and_without_the_native_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The C layout of a round's draws (lists of several lengths from rows of one step's
+    tensors, point masses, records of different lengths) equals the torch one."""
+    from daemon.runtime.model import native
+    from daemon.runtime.proposers.drafts import DraftRecord, SparseDraw, pack_records
+
+    gen = torch.Generator().manual_seed(5)
+    records = [DraftRecord() for _ in range(6)]
+    for step, width in enumerate((3, 7, 1, 7)):
+        ids = torch.randint(0, 500, (6, width), generator=gen)
+        counts = torch.randint(0, 900, (6, width), generator=gen)
+        for r, record in enumerate(records[: 6 - step]):  # later steps: fewer rows draft
+            sparse = None if (r + step) % 5 == 0 else SparseDraw(ids[r], counts[r], 100 * r)
+            record.append(int(ids[r, 0]), sparse, [int(ids[r, 0])])
+    packed = {}
+    for native_on in ("1", "0"):
+        monkeypatch.setenv(native.DISABLE_ENV, native_on)
+        packed[native_on] = pack_records(records)
+    on, off = packed["1"], packed["0"]
+    assert on.sparse_ids is not None and off.sparse_ids is not None
+    for a, b in (
+        (on.sparse_ids, off.sparse_ids),
+        (on.sparse_probs, off.sparse_probs),
+        (on.sparse_tail, off.sparse_tail),
+        (on.draft_token_ids, off.draft_token_ids),
+    ):
+        assert a is not None and b is not None and a.dtype == b.dtype
+        assert torch.equal(a, b)
+    assert on.sparse_ids.shape == (6, 4, 7)
 
 
 def test_adaptive_does_not_probe_lengths_that_could_not_pay() -> None:

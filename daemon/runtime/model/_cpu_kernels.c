@@ -2991,6 +2991,78 @@ static PyObject *residual_sample(PyObject *self, PyObject *const *args, Py_ssize
 #endif
 }
 
+/* pack_draws(rows, positions, ids_ptrs, counts_ptrs, lengths, tails, B, K, S, total,
+ * out_ids_ptr, out_probs_ptr, out_tail_ptr): a round's listed draws (proposers/drafts.py's
+ * pack_records) laid out for the verifier. Draw j (Python lists of ints, one entry per draw)
+ * sits at row rows[j], position positions[j]: lengths[j] int64 ids and int64 counts at the
+ * addresses ids_ptrs[j], counts_ptrs[j], and its tail count tails[j]. Writes int64 out_ids
+ * [B, K, S], float32 out_probs [B, K, S] (count / total: exact) and float32 out_tail [B, K]
+ * (tail / total), every entry: zeros where no draw is, and past a draw's length. IndexError
+ * for a draw outside [B, K] or longer than S. */
+static PyObject *pack_draws(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 13) {
+        PyErr_Format(PyExc_TypeError, "pack_draws takes 13 arguments, got %zd", nargs);
+        return NULL;
+    }
+#ifdef NATIVE_X86
+    long long v[7];
+    for (int i = 0; i < 7; i++) {
+        v[i] = PyLong_AsLongLong(args[6 + i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    const int64_t B = v[0], K = v[1], S = v[2];
+    const double total = (double)v[3];
+    int64_t *out_ids = (int64_t *)(intptr_t)v[4];
+    float *out_probs = (float *)(intptr_t)v[5];
+    float *out_tail = (float *)(intptr_t)v[6];
+    PyObject *lists[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    PyObject *result = NULL;
+    for (int l = 0; l < 6; l++) {
+        lists[l] = PySequence_Fast(args[l], "pack_draws takes lists of ints");
+        if (!lists[l]) goto done;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(lists[0]);
+    for (int l = 1; l < 6; l++) {
+        if (PySequence_Fast_GET_SIZE(lists[l]) != n) {
+            PyErr_SetString(PyExc_ValueError, "pack_draws: lists of different lengths");
+            goto done;
+        }
+    }
+    memset(out_ids, 0, (size_t)(B * K * S) * sizeof(int64_t));
+    memset(out_probs, 0, (size_t)(B * K * S) * sizeof(float));
+    memset(out_tail, 0, (size_t)(B * K) * sizeof(float));
+    for (Py_ssize_t j = 0; j < n; j++) {
+        long long f[6];
+        for (int l = 0; l < 6; l++) {
+            f[l] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(lists[l], j));
+            if (f[l] == -1 && PyErr_Occurred()) goto done;
+        }
+        const int64_t b = f[0], k = f[1], len = f[4];
+        if (b < 0 || b >= B || k < 0 || k >= K || len < 0 || len > S) {
+            PyErr_Format(PyExc_IndexError,
+                         "pack_draws: draw %zd at (%lld, %lld) of length %lld outside [%lld, "
+                         "%lld, %lld]", j, f[0], f[1], f[4], (long long)B, (long long)K,
+                         (long long)S);
+            goto done;
+        }
+        const int64_t *ids = (const int64_t *)(intptr_t)f[2];
+        const int64_t *counts = (const int64_t *)(intptr_t)f[3];
+        int64_t *dst_ids = out_ids + (b * K + k) * S;
+        float *dst_probs = out_probs + (b * K + k) * S;
+        memcpy(dst_ids, ids, (size_t)len * sizeof(int64_t));
+        for (int64_t i = 0; i < len; i++) dst_probs[i] = (float)((double)counts[i] / total);
+        out_tail[b * K + k] = (float)((double)f[5] / total);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (int l = 0; l < 6; l++) Py_XDECREF(lists[l]);
+    return result;
+#else
+    return not_built("pack_draws");
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"available", available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 and FMA)."},
     {"has_avx512", has_avx512, METH_NOARGS,
@@ -3046,6 +3118,9 @@ static PyMethodDef methods[] = {
      "residual_sample(target, ld_b, ld_k, V, seqs, at, E, num_draft, drafts, K, ids, probs, "
      "tails, S, uniform, out): the verifier's correction or bonus token from the residual "
      "of each row's proposal."},
+    {"pack_draws", (PyCFunction)(void (*)(void))pack_draws, METH_FASTCALL,
+     "pack_draws(rows, positions, ids_ptrs, counts_ptrs, lengths, tails, B, K, S, total, ids, "
+     "probs, tail): a round's listed draws laid out as [B, K, S] tensors."},
     {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
      "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
      "bin_width_inv, out_ids, out_q, out_n): a sampled row's widened list, whole bins of log q "
