@@ -115,19 +115,29 @@ class _FailingProposer(NgramProposer):
 def test_proposer_errors_fall_back_to_k0(target_dir, prompts) -> None:
     repetitive = [p * 3 for p in prompts[:4]]
     done: dict[str, list[int]] = {}
+    # enough tokens left after the failures for the drafter's probe to come back and resync
+    # before the requests finish: with 12, an n-gram drafter's first rounds (5 tokens each)
+    # could finish them first on a loaded machine (1 run in ~6 with another test running)
+    max_tokens = 40
     with remote_engine(target_dir, None, options=_options("sync"), batch=4) as setup:
         proposer = _FailingProposer()
         setup.transport.restart(DraftServer(proposer))
         for i, prompt in enumerate(repetitive):
-            setup.engine.add_request(Request(f"r{i}", prompt, SamplingParams(max_tokens=12)))
+            params = SamplingParams(max_tokens=max_tokens)
+            setup.engine.add_request(Request(f"r{i}", prompt, params))
         _steps(setup.engine, 2, done)
         proposer.is_failing = True
         _steps(setup.engine, 3, done)
         assert setup.remote.stats.num_rounds_without_drafter >= 1
         proposer.is_failing = False
+        while setup.engine.has_unfinished() and setup.remote.stats.num_resyncs == 0:
+            # the drafter answers the probe on its own thread: rounds at k = 0 of a tiny
+            # model could otherwise hold the interpreter until the requests finish
+            time.sleep(0.002)
+            _steps(setup.engine, 1, done)
         outputs = _finish(setup, done)
     from tests.engine.helpers import make_engine, run_greedy
 
-    plain = run_greedy(make_engine(target_dir, batch=4), repetitive, 12)
+    plain = run_greedy(make_engine(target_dir, batch=4), repetitive, max_tokens)
     assert outputs == [o.token_ids for o in plain]
     assert setup.remote.stats.num_resyncs >= 1
