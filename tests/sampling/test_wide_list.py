@@ -114,3 +114,16 @@ def test_the_torch_path_on_cuda_lists_what_it_lists_on_the_cpu(vocab: int) -> No
     assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
     torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=0)
     assert int(got[2].max()) > 0
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+def test_a_row_outside_the_logits_is_an_index_error(
+    monkeypatch: pytest.MonkeyPatch, native_on: str
+) -> None:
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    logits, rows, temps, log_norms, targets = _case(300, seed=1)
+    for bad in (ROWS, -ROWS - 1):
+        bad_rows = rows.clone()
+        bad_rows[2] = bad
+        with pytest.raises(IndexError):
+            wide_list.wide_lists(logits, bad_rows, temps, log_norms, targets, 64)

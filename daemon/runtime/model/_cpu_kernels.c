@@ -2589,8 +2589,9 @@ __attribute__((target("avx512f"))) static int64_t fitting_tokens512(const int32_
 }
 
 /* wide_list(x_ptr, ld, V, rows, row_index_ptr, inv_temps_ptr, log_norms_ptr, targets_ptr,
- * max_listed, num_bins, bin_width_inv, out_ids_ptr, out_q_ptr, out_n_ptr): for each listed row
- * r of float32 x (row row_index[r], ld floats apart), log q_i = x_i * inv_temps[r] -
+ * max_listed, num_bins, bin_width_inv, out_ids_ptr, out_q_ptr, out_n_ptr, num_rows): for each
+ * listed row r of float32 x (row row_index[r] of num_rows, ld floats apart; IndexError where
+ * one is outside), log q_i = x_i * inv_temps[r] -
  * log_norms[r]. Tokens fall into bins of log q counted down from the row's best,
  * floor((best - log q_i) * bin_width_inv), the last of num_bins taking the rest. Whole bins
  * are listed best first, each bin's tokens in id order, while they fit in max_listed, down to
@@ -2601,8 +2602,8 @@ __attribute__((target("avx512f"))) static int64_t fitting_tokens512(const int32_
  * holds a NaN or no finite maximum. */
 static PyObject *wide_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[14];
-    if (!int_args(args, nargs, 14, 14, "wide_list", v)) return NULL;
+    long long v[15];
+    if (!int_args(args, nargs, 15, 15, "wide_list", v)) return NULL;
 #ifdef NATIVE_X86
     const float *x = (const float *)(intptr_t)v[0];
     const int64_t ld = v[1], V = v[2], rows = v[3], M = v[8], NB = v[9];
@@ -2618,6 +2619,14 @@ static PyObject *wide_list(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_Format(PyExc_ValueError, "wide_list: bad sizes V=%lld max_listed=%lld bins=%lld",
                      v[2], v[8], v[9]);
         return NULL;
+    }
+    const int64_t num_rows = v[14];
+    for (int64_t r = 0; r < rows; r++) {
+        if (row_index[r] < 0 || row_index[r] >= num_rows) {
+            PyErr_Format(PyExc_IndexError, "rows out of range for %lld rows of logits: %lld",
+                         (long long)num_rows, (long long)row_index[r]);
+            return NULL;
+        }
     }
     int32_t *bin_of = malloc((size_t)V * sizeof(int32_t));
     int32_t *order = malloc((size_t)M * sizeof(int32_t));
@@ -3123,7 +3132,8 @@ static PyMethodDef methods[] = {
      "probs, tail): a round's listed draws laid out as [B, K, S] tensors."},
     {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
      "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
-     "bin_width_inv, out_ids, out_q, out_n): a sampled row's widened list, whole bins of log q "
+     "bin_width_inv, out_ids, out_q, out_n, num_rows): a sampled row's widened list, whole "
+     "bins of log q "
      "best first down to a mass, within a budget."},
     {NULL, NULL, 0, NULL},
 };

@@ -288,20 +288,25 @@ class DraftSampler:
         whole bins of log q down to wide_mass [A'], at most max_listed tokens
         (sampling/wide_list.py) -> top, ids [A', M] (M = max(S, listed); not listed: q 0,
         padding). A row whose best bin alone is over the budget keeps its base list."""
+        if len(short) == top.shape[0]:  # every row (in order): no gathers
+            row_temps, row_norms, targets = temps, log_norms, wide_mass
+        else:
+            row_temps = temps[short.to(temps.device)]
+            row_norms, targets = log_norms[short.to(log_norms.device)], wide_mass[short]
         wide_top, wide_ids, count = wide_lists(
-            logits, short, temps[short.to(temps.device)].double(),
-            log_norms[short.to(log_norms.device)].double(), wide_mass[short].double(),
+            logits, short, row_temps.double(), row_norms.double(), targets.double(),
             self.max_listed,
         )  # fmt: skip
-        widened = count > 0  # [W]
-        num_widened = int(widened.sum())
+        counts = count.tolist()  # [W]
+        num_widened = sum(1 for n in counts if n > 0)
         self.num_widened_rows += num_widened  # not those whose best bin overflows the budget
         if not num_widened:
             return top, ids
-        listed = int(count.max())
+        listed = max(counts)
         width = max(top.shape[-1], listed)
         if num_widened == top.shape[0]:  # every row widened (`short` is every row, in order)
             return wide_top[:, :width], wide_ids[:, :width]
+        widened = count > 0  # [W]
         short, wide_top, wide_ids = short[widened], wide_top[widened], wide_ids[widened]
         out_top = torch.zeros(top.shape[0], width)
         out_ids = torch.zeros(top.shape[0], width, dtype=torch.long)  # padding: id 0, q 0
