@@ -9,6 +9,7 @@ from sampling_batches import random_batch
 
 from daemon.runtime.model import native
 from daemon.runtime.sampling.rejection import (
+    _emitted_token,
     _native_listed_stats,
     _proposal_prob_of_draft,
     _Sparse,
@@ -78,3 +79,63 @@ def test_rejection_with_and_without_the_native_kernels(
         assert torch.equal(out, ref_out)
         rejected = num <= inputs.num_draft_tokens
         assert rejected.any() and (~rejected).any()  # corrections and bonuses both sampled
+
+
+def _small_batch(num_sparse: int) -> tuple:
+    gen = torch.Generator().manual_seed(21)
+    inputs = random_batch(gen, num_seqs=16, max_k=3, vocab_size=50, num_sparse=num_sparse)
+    return inputs.args()
+
+
+@needs_native
+def test_int32_ids_are_read_as_what_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """int32 drafts and listed ids (the checks let them through) give int64's answer."""
+    args = list(_small_batch(4))
+    expected = rejection_sample(*args)
+    args[0] = args[0].int()  # draft_token_ids
+    args[2] = args[2].int()  # draft_sparse_ids
+    got = rejection_sample(*args)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+@pytest.mark.parametrize("native_on", ["1", "0"])
+def test_an_id_past_the_vocabulary_after_a_rows_drafts_is_refused(
+    monkeypatch: pytest.MonkeyPatch, native_on: str
+) -> None:
+    """A padding slot past num_draft_tokens holding an id >= V: an error on both paths (the
+    torch path's gathers raise), not a read past the row."""
+    monkeypatch.setenv(native.DISABLE_ENV, native_on)
+    args = list(_small_batch(4))
+    num_draft = args[1]
+    row = int((num_draft < 3).nonzero()[0])
+    drafts = args[0].clone()
+    drafts[row, 2] = 10**12
+    args[0] = drafts
+    with pytest.raises((IndexError, RuntimeError)):
+        rejection_sample(*args)
+
+
+@needs_native
+def test_lists_of_no_entries_are_lists_not_point_masses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Corrections drawn from [B, K, 0] lists with tails (q: the tail spread like p) are the
+    same with the kernels on and off: an empty list is not a point mass on the draft."""
+    gen = torch.Generator().manual_seed(4)
+    num_seqs, max_k, vocab = 24, 3, 40
+    target = torch.softmax(torch.randn(num_seqs, max_k + 1, vocab, generator=gen) * 2, -1)
+    drafts = target[:, :max_k].argmax(-1)  # the likeliest: the residual removes most of them
+    sparse = _Sparse(
+        torch.zeros(num_seqs, max_k, 0, dtype=torch.long),
+        torch.zeros(num_seqs, max_k, 0),
+        torch.full((num_seqs, max_k), 0.6),
+    )
+    num_draft = torch.full((num_seqs,), max_k)
+    at = torch.randint(0, max_k, (num_seqs,), generator=gen)  # a rejection at each row
+    uniform = torch.rand(num_seqs, generator=gen, dtype=torch.float64)
+    args = (drafts, num_draft, at, sparse, target, None, torch.zeros(num_seqs, dtype=torch.bool),
+            uniform, torch.full((num_seqs,), -1))  # fmt: skip
+    tokens = {}
+    for native_on in ("1", "0"):
+        monkeypatch.setenv(native.DISABLE_ENV, native_on)
+        tokens[native_on] = _emitted_token(*args)
+    assert torch.equal(tokens["1"], tokens["0"])
+    assert (tokens["0"] == drafts.gather(1, at[:, None]).squeeze(1)).any()  # q(x) < p(x) kept

@@ -2783,7 +2783,7 @@ static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t
 }
 
 /* listed_stats(ids_ptr, probs_ptr, tail_ptr, S, drafts_ptr, B, K, target_ptr, ld_b, ld_k,
- * greedy_ptr, q_ptr, p_ptr, is_tail_ptr, point_ptr): the verifier's view of B x K listed
+ * greedy_ptr, q_ptr, p_ptr, is_tail_ptr, point_ptr, V): the verifier's view of B x K listed
  * proposals (sampling/rejection.py), one pass over each position's S entries: int64 ids
  * [B, K, S] and float32 probs [B, K, S] (a positive prob lists its id; ids unique among
  * those), float32 tails [B, K], int64 drafts [B, K] (>= 0), float32 target probabilities of
@@ -2793,11 +2793,11 @@ static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t
  * float32 p [B, K]: the target's probability of the draft, or of its class U (1 - the target's
  * mass on the listed ids, at least 0; summed in doubles) where the draft is unlisted under a
  * positive tail in a sampled row; uint8 is_tail [B, K] there; uint8 point [B, K] for point
- * masses. */
+ * masses. IndexError for a draft (any of the B x K) or a listed id outside [0, V). */
 static PyObject *listed_stats(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long v[15];
-    if (!int_args(args, nargs, 15, 15, "listed_stats", v)) return NULL;
+    long long v[16];
+    if (!int_args(args, nargs, 16, 16, "listed_stats", v)) return NULL;
 #ifdef NATIVE_X86
     const int64_t *ids = (const int64_t *)(intptr_t)v[0];
     const float *probs = (const float *)(intptr_t)v[1];
@@ -2810,10 +2810,27 @@ static PyObject *listed_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
     float *p_out = (float *)(intptr_t)v[12];
     uint8_t *tail_out = (uint8_t *)(intptr_t)v[13];
     uint8_t *point_out = (uint8_t *)(intptr_t)v[14];
-    if (S < 0 || B < 0 || K < 0) {
-        PyErr_Format(PyExc_ValueError, "listed_stats: bad sizes S=%lld B=%lld K=%lld", v[3],
-                     v[5], v[6]);
+    const int64_t V = v[15];
+    if (S < 0 || B < 0 || K < 0 || V < 1) {
+        PyErr_Format(PyExc_ValueError, "listed_stats: bad sizes S=%lld B=%lld K=%lld V=%lld",
+                     v[3], v[5], v[6], v[15]);
         return NULL;
+    }
+    /* every id read is in range (a placeholder or garbage past a row's drafts too: torch's
+     * gathers raise for those) */
+    for (int64_t j = 0; j < B * K; j++) {
+        if (drafts[j] < 0 || drafts[j] >= V) {
+            PyErr_Format(PyExc_IndexError, "draft id %lld out of range for %lld tokens",
+                         (long long)drafts[j], (long long)V);
+            return NULL;
+        }
+    }
+    for (int64_t j = 0; j < B * K * S; j++) {
+        if (probs[j] > 0.0f && (ids[j] < 0 || ids[j] >= V)) {
+            PyErr_Format(PyExc_IndexError, "listed id %lld out of range for %lld tokens",
+                         (long long)ids[j], (long long)V);
+            return NULL;
+        }
     }
     Py_BEGIN_ALLOW_THREADS
     for (int64_t b = 0; b < B; b++) {
@@ -2937,6 +2954,29 @@ static PyObject *residual_sample(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_Format(PyExc_ValueError, "residual_sample: bad sizes V=%lld E=%lld K=%lld", v[3],
                      v[6], v[9]);
         return NULL;
+    }
+    for (int64_t e = 0; e < E; e++) { /* the rows' places, and every id they read, in range */
+        const int64_t b = seqs[e];
+        if (b < 0 || at[e] < 0 || at[e] > K) {
+            PyErr_Format(PyExc_IndexError, "residual_sample: row %lld at %lld out of range",
+                         (long long)b, (long long)at[e]);
+            return NULL;
+        }
+        for (int64_t j = 0; j < K; j++) {
+            if (drafts[b * K + j] < 0 || drafts[b * K + j] >= V) {
+                PyErr_Format(PyExc_IndexError, "draft id %lld out of range for %lld tokens",
+                             (long long)drafts[b * K + j], (long long)V);
+                return NULL;
+            }
+            for (int64_t i = 0; ids && i < S; i++) {
+                const int64_t id = ids[(b * K + j) * S + i];
+                if (probs[(b * K + j) * S + i] > 0.0f && (id < 0 || id >= V)) {
+                    PyErr_Format(PyExc_IndexError, "listed id %lld out of range for %lld tokens",
+                                 (long long)id, (long long)V);
+                    return NULL;
+                }
+            }
+        }
     }
     float *w = malloc((size_t)V * sizeof(float));
     double *ends = malloc((size_t)((V + ICDF_BLOCK - 1) / ICDF_BLOCK) * sizeof(double));
@@ -3121,7 +3161,7 @@ static PyMethodDef methods[] = {
      "draw picks."},
     {"listed_stats", (PyCFunction)(void (*)(void))listed_stats, METH_FASTCALL,
      "listed_stats(ids, probs, tails, S, drafts, B, K, target, ld_b, ld_k, greedy, q, p, "
-     "is_tail, point): each draft's proposal and target probabilities under listed "
+     "is_tail, point, V): each draft's proposal and target probabilities under listed "
      "proposals."},
     {"residual_sample", (PyCFunction)(void (*)(void))residual_sample, METH_FASTCALL,
      "residual_sample(target, ld_b, ld_k, V, seqs, at, E, num_draft, drafts, K, ids, probs, "

@@ -177,7 +177,7 @@ def top_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     the entries at or above the k-th largest block max (16 rows of 4,096, k = 32: 30 us
     against torch.topk's 75)."""
     num_rows, vocab = values.shape
-    if values.device.type == "cpu":
+    if values.device.type == "cpu" and 1 <= k <= vocab:
         found = _native_top_k(values, k)
         if found is not None:
             return found

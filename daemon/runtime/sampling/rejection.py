@@ -300,8 +300,8 @@ def _native_listed_stats(
     if module is None or sparse.ids.device.type != "cpu" or drafts.device.type != "cpu":
         return None
     num_seqs, max_k = drafts.shape
-    ids, probs, tail = (t.contiguous() for t in (sparse.ids, sparse.probs, sparse.tail))
-    drafts = drafts.contiguous()
+    ids, drafts = _int64(sparse.ids), _int64(drafts)  # (int32 ids pass the checks too)
+    probs, tail = (t.float().contiguous() for t in (sparse.probs, sparse.tail))
     greedy = is_greedy.to(torch.uint8).contiguous()
     q = torch.empty(num_seqs, max_k)
     p = torch.empty(num_seqs, max_k)
@@ -311,7 +311,7 @@ def _native_listed_stats(
         ids.data_ptr(), probs.data_ptr(), tail.data_ptr(), ids.shape[-1], drafts.data_ptr(),
         num_seqs, max_k, target_probs.data_ptr(), target_probs.stride(0),
         target_probs.stride(1), greedy.data_ptr(), q.data_ptr(), p.data_ptr(),
-        is_tail.data_ptr(), is_point.data_ptr(),
+        is_tail.data_ptr(), is_point.data_ptr(), target_probs.shape[-1],
     )  # fmt: skip
     return q, p, is_tail, is_point
 
@@ -402,9 +402,10 @@ def _native_residual_tokens(
     uniform = emit_uniform.contiguous()
     ids = probs = tails = None
     if sparse is not None:
-        if sparse.ids.device.type != "cpu":
-            return None
-        ids, probs, tails = (t.contiguous() for t in (sparse.ids, sparse.probs, sparse.tail))
+        if sparse.ids.device.type != "cpu" or sparse.ids.shape[-1] == 0:
+            return None  # (no entries: a null address, which the C call reads as no lists)
+        ids = _int64(sparse.ids)  # (int32 ids pass the checks too)
+        probs, tails = (t.float().contiguous() for t in (sparse.probs, sparse.tail))
     out = torch.empty(rows.shape[0], dtype=torch.int64)
     module.residual_sample(
         target_probs.data_ptr(), target_probs.stride(0), target_probs.stride(1),
