@@ -139,3 +139,14 @@ def test_lists_of_no_entries_are_lists_not_point_masses(monkeypatch: pytest.Monk
         tokens[native_on] = _emitted_token(*args)
     assert torch.equal(tokens["1"], tokens["0"])
     assert (tokens["0"] == drafts.gather(1, at[:, None]).squeeze(1)).any()  # q(x) < p(x) kept
+
+
+@needs_native
+@pytest.mark.parametrize("bad", [-1, 50, -7])
+def test_the_c_pass_refuses_a_listed_id_outside_the_vocabulary(bad: int) -> None:
+    """The kernel checks what it reads itself (rejection_sample's checks run before it)."""
+    ids = torch.tensor([[[1, bad]]])
+    sparse = _Sparse(ids, torch.tensor([[[0.2, 0.3]]]), torch.tensor([[0.5]]))
+    target = torch.softmax(torch.randn(1, 2, 50), -1)
+    with pytest.raises(IndexError, match="listed id"):
+        _native_listed_stats(torch.tensor([[1]]), sparse, target, torch.tensor([False]))

@@ -2825,13 +2825,8 @@ static PyObject *listed_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
             return NULL;
         }
     }
-    for (int64_t j = 0; j < B * K * S; j++) {
-        if (probs[j] > 0.0f && (ids[j] < 0 || ids[j] >= V)) {
-            PyErr_Format(PyExc_IndexError, "listed id %lld out of range for %lld tokens",
-                         (long long)ids[j], (long long)V);
-            return NULL;
-        }
-    }
+    int bad = 0; /* a listed id outside [0, V) (bad_id): the outputs are incomplete */
+    int64_t bad_id = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t b = 0; b < B; b++) {
         for (int64_t k = 0; k < K; k++) {
@@ -2846,6 +2841,11 @@ static PyObject *listed_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
             for (int64_t j = 0; j < S; j++) {
                 const float x = pr[j];
                 if (x > 0.0f) {
+                    if ((uint64_t)id[j] >= (uint64_t)V) {
+                        bad = 1;
+                        bad_id = id[j];
+                        continue;
+                    }
                     p_listed += (double)p[id[j]];
                     if (id[j] == draft) {
                         listed += x;
@@ -2865,6 +2865,11 @@ static PyObject *listed_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
         }
     }
     Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_Format(PyExc_IndexError, "listed id %lld out of range for %lld tokens",
+                     (long long)bad_id, (long long)V);
+        return NULL;
+    }
     Py_RETURN_NONE;
 #else
     return not_built("listed_stats");
@@ -2968,13 +2973,15 @@ static PyObject *residual_sample(PyObject *self, PyObject *const *args, Py_ssize
                              (long long)drafts[b * K + j], (long long)V);
                 return NULL;
             }
-            for (int64_t i = 0; ids && i < S; i++) {
-                const int64_t id = ids[(b * K + j) * S + i];
-                if (probs[(b * K + j) * S + i] > 0.0f && (id < 0 || id >= V)) {
-                    PyErr_Format(PyExc_IndexError, "listed id %lld out of range for %lld tokens",
-                                 (long long)id, (long long)V);
-                    return NULL;
-                }
+        }
+        if (!ids || at[e] >= num_draft[b] || at[e] >= K) continue; /* no list read */
+        const int64_t *id = ids + (b * K + at[e]) * S;
+        const float *pr = probs + (b * K + at[e]) * S;
+        for (int64_t i = 0; i < S; i++) {
+            if (pr[i] > 0.0f && (uint64_t)id[i] >= (uint64_t)V) {
+                PyErr_Format(PyExc_IndexError, "listed id %lld out of range for %lld tokens",
+                             (long long)id[i], (long long)V);
+                return NULL;
             }
         }
     }
