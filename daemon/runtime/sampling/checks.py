@@ -85,20 +85,22 @@ def _check_values(
     them into one sync cost ~0.1 ms a verify pass there)."""
     max_k = draft_token_ids.shape[1]
     if draft_token_ids.device.type == "cpu":
-        _check_values_on_host(draft_token_ids, num_draft_tokens, sparse_ids, vocab_size)
-        return
-    # [B, K]
-    is_real = torch.arange(max_k, device=draft_token_ids.device) < num_draft_tokens.unsqueeze(-1)
-    bad_draft = is_real & ((draft_token_ids < 0) | (draft_token_ids >= vocab_size))
-    bad = torch.stack(
-        [
-            ((num_draft_tokens < 0) | (num_draft_tokens > max_k)).any(),
-            bad_draft.any(),
-            torch.zeros((), dtype=torch.bool, device=draft_token_ids.device)
-            if sparse_ids is None
-            else ((sparse_ids < 0) | (sparse_ids >= vocab_size)).any(),
-        ]
-    ).tolist()
+        bad = _bad_values_on_host(draft_token_ids, num_draft_tokens, sparse_ids, vocab_size)
+    else:
+        # [B, K]
+        is_real = torch.arange(max_k, device=draft_token_ids.device) < num_draft_tokens.unsqueeze(
+            -1
+        )
+        bad_draft = is_real & ((draft_token_ids < 0) | (draft_token_ids >= vocab_size))
+        bad = torch.stack(
+            [
+                ((num_draft_tokens < 0) | (num_draft_tokens > max_k)).any(),
+                bad_draft.any(),
+                torch.zeros((), dtype=torch.bool, device=draft_token_ids.device)
+                if sparse_ids is None
+                else ((sparse_ids < 0) | (sparse_ids >= vocab_size)).any(),
+            ]
+        ).tolist()
     if bad[0]:
         raise ValueError(f"num_draft_tokens must be in [0, K={max_k}]")
     if bad[1]:
@@ -107,24 +109,27 @@ def _check_values(
         raise ValueError(f"draft_sparse_ids must be in [0, V={vocab_size})")
 
 
-def _check_values_on_host(
+def _bad_values_on_host(
     draft_token_ids: torch.Tensor,  # [B, K]
     num_draft_tokens: torch.Tensor,  # [B]
     sparse_ids: torch.Tensor | None,  # [B, K, S]
     vocab_size: int,
-) -> None:
-    """_check_values' checks, in its order, on CPU tensors."""
+) -> list[bool]:
+    """_check_values' three tests (counts, drafts, listed ids) on CPU tensors: lists and one
+    min-max op, no batch of tensor ops."""
     max_k = draft_token_ids.shape[1]
     counts = num_draft_tokens.tolist()
     if any(not 0 <= n <= max_k for n in counts):
-        raise ValueError(f"num_draft_tokens must be in [0, K={max_k}]")
+        return [True, False, False]  # (the drafts' test reads the counts)
     rows = draft_token_ids.tolist()
-    if any(not 0 <= t < vocab_size for row, n in zip(rows, counts, strict=True) for t in row[:n]):
-        raise ValueError(f"draft_token_ids must be in [0, V={vocab_size}) below num_draft_tokens")
+    bad_drafts = any(
+        not 0 <= t < vocab_size for row, n in zip(rows, counts, strict=True) for t in row[:n]
+    )
+    bad_ids = False
     if sparse_ids is not None and sparse_ids.numel():
         low, high = torch.aminmax(sparse_ids)
-        if int(low) < 0 or int(high) >= vocab_size:
-            raise ValueError(f"draft_sparse_ids must be in [0, V={vocab_size})")
+        bad_ids = int(low) < 0 or int(high) >= vocab_size
+    return [False, bad_drafts, bad_ids]
 
 
 def _expect(t: torch.Tensor, shape: tuple[int, ...], name: str, integer: bool = False) -> None:
