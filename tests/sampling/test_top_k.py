@@ -53,6 +53,10 @@ def test_the_k_largest_as_torch_finds_them(
     values[4, :span] = 50.0 + torch.arange(span).float()  # the best k blocks adjacent
     _check(values, k, *top_k(values, k))
     _check(values[::2], k, *top_k(values[::2], k))  # rows ld apart
+    found = _native_top_k(values, k)  # the kernel itself, also where top_k leaves k to torch
+    assert (found is None) == (native_on == "0" or native.kernels() is None)
+    if found is not None:
+        _check(values, k, *found)
     _remember(values)  # from the LM head's maxima
     _check(values, k, *top_k(values, k))
     _check(values[1::3], k, *top_k(values[1::3], k))
