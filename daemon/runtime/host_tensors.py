@@ -25,3 +25,11 @@ def float32_tensor(values: Sequence[float]) -> torch.Tensor:
     if not values:
         return torch.empty(0, dtype=torch.float32)
     return torch.frombuffer(array.array("f", values), dtype=torch.float32)
+
+
+def host_int64(tensor: torch.Tensor) -> torch.Tensor:
+    """An index tensor as contiguous int64 on the host (what the C kernels read): itself
+    where it already is one."""
+    if tensor.dtype == torch.int64 and tensor.is_contiguous() and tensor.device.type == "cpu":
+        return tensor
+    return tensor.to("cpu", torch.int64).contiguous()

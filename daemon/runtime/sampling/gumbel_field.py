@@ -49,7 +49,7 @@ import math
 import torch
 
 from daemon.runtime.device import triton_enabled
-from daemon.runtime.host_tensors import int64_tensor
+from daemon.runtime.host_tensors import host_int64, int64_tensor
 from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.keyed_random import GOLDEN_GAMMA, MASK64, MIX1, MIX2, mix64
@@ -511,8 +511,8 @@ def _native_search(
         return None
     num_keys = keys.shape[0]
     # (the C call checks the rows against the scores: an IndexError where one is outside)
-    keys = _int64(keys)
-    rows, hints = (None if t is None else _int64(t) for t in (rows, hints))
+    keys = host_int64(keys)
+    rows, hints = (None if t is None else host_int64(t) for t in (rows, hints))
     # float32 temperatures are read as such (each as a double: what a conversion gives, without
     # the torch op, ~20 us a call after a forward pass)
     scale = noise_scale
@@ -520,7 +520,7 @@ def _native_search(
         scale = scale.to(torch.float64).contiguous()
     maxima = block_maxima.lookup_rows(scores)  # [R, nb] (logits or probabilities) or None
     runs_t = int64_tensor(runs) if runs is not None and hints is not None else None
-    excluded = None if excluded is None else _int64(excluded)
+    excluded = None if excluded is None else host_int64(excluded)
     out = torch.empty(num_keys, dtype=torch.int64)
     clean = module.gumbel_argmax(
         scores.data_ptr(),
@@ -543,13 +543,6 @@ def _native_search(
         0 if excluded is None else excluded.shape[1],
     )
     return out if clean else None
-
-
-def _int64(tensor: torch.Tensor) -> torch.Tensor:
-    """An index tensor as contiguous int64 on the host (what the C calls read)."""
-    if tensor.dtype == torch.int64 and tensor.is_contiguous():
-        return tensor  # (on the host: the C search runs for host scores only)
-    return tensor.to("cpu", torch.int64).contiguous()
 
 
 def _address(tensor: torch.Tensor | None) -> int:

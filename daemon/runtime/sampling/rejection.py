@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
+from daemon.runtime.host_tensors import host_int64
 from daemon.runtime.model import native
 from daemon.runtime.sampling.argmax import argmax_last
 from daemon.runtime.sampling.checks import check_rejection_inputs
@@ -300,7 +301,7 @@ def _native_listed_stats(
     if module is None or sparse.ids.device.type != "cpu" or drafts.device.type != "cpu":
         return None
     num_seqs, max_k = drafts.shape
-    ids, drafts = _int64(sparse.ids), _int64(drafts)  # (int32 ids pass the checks too)
+    ids, drafts = host_int64(sparse.ids), host_int64(drafts)  # (int32 ids pass the checks too)
     probs, tail = (t.float().contiguous() for t in (sparse.probs, sparse.tail))
     greedy = is_greedy.to(torch.uint8).contiguous()
     q = torch.empty(num_seqs, max_k)
@@ -398,13 +399,13 @@ def _native_residual_tokens(
     host = (rows, at, num_draft, drafts, emit_uniform)
     if any(t.device.type != "cpu" for t in host):
         return None
-    rows, at, num_draft, drafts = (_int64(t) for t in (rows, at, num_draft, drafts))
+    rows, at, num_draft, drafts = (host_int64(t) for t in (rows, at, num_draft, drafts))
     uniform = emit_uniform.contiguous()
     ids = probs = tails = None
     if sparse is not None:
         if sparse.ids.device.type != "cpu" or sparse.ids.shape[-1] == 0:
             return None  # (no entries: a null address, which the C call reads as no lists)
-        ids = _int64(sparse.ids)  # (int32 ids pass the checks too)
+        ids = host_int64(sparse.ids)  # (int32 ids pass the checks too)
         probs, tails = (t.float().contiguous() for t in (sparse.probs, sparse.tail))
     out = torch.empty(rows.shape[0], dtype=torch.int64)
     module.residual_sample(
@@ -416,11 +417,6 @@ def _native_residual_tokens(
         uniform.data_ptr(), out.data_ptr(),
     )  # fmt: skip
     return out
-
-
-def _int64(tensor: torch.Tensor) -> torch.Tensor:
-    """An index tensor as contiguous int64 (on the host: the C calls read it)."""
-    return tensor.to(torch.int64).contiguous()
 
 
 def _rows_of(sparse: _Sparse | None, rows: torch.Tensor) -> _Sparse | None:
