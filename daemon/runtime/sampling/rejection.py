@@ -125,17 +125,17 @@ def rejection_sample(
     accept &= is_real
     # [B, K] the verifier's own token where a draft is matched rather than tested, else -1
     coupled = None
-    if position_keys is not None and is_point is not None:  # matched_drafts, from the stats
-        is_matched = is_point & is_real & ~is_greedy.unsqueeze(-1)
-        coupled = _matched_tokens(is_matched, target_probs, position_keys)
-    elif position_keys is not None:  # without keys such drafts are tested as point masses
-        is_matched = matched_drafts(
-            num_draft_tokens,
-            None if sparse is None else sparse.probs,
-            None if sparse is None else sparse.tail,
-            is_greedy,
-            max_k,
-        )
+    if position_keys is not None:  # without keys such drafts are tested as point masses
+        if is_point is not None:  # matched_drafts, from the stats
+            is_matched = is_point & is_real & ~is_greedy.unsqueeze(-1)
+        else:
+            is_matched = matched_drafts(
+                num_draft_tokens,
+                None if sparse is None else sparse.probs,
+                None if sparse is None else sparse.tail,
+                is_greedy,
+                max_k,
+            )
         coupled = _matched_tokens(is_matched, target_probs, position_keys)
     if coupled is not None:
         accept = torch.where(coupled >= 0, coupled == drafts, accept)
