@@ -110,7 +110,7 @@
 #define WR 12         /* rows per register block of the AVX-512 path: 2 x 12 accumulators */
 #define WKB 128       /* its K per block: a panel pair's block (16 KB), a chunk's x (6 KB) in L1 */
 #define BMAX_PANELS 4 /* panels per block of the block maxima: 64 columns (gumbel_field.BLOCK) */
-#define ABI_VERSION 19 /* native.py checks it: a stale build is not used */
+#define ABI_VERSION 20 /* native.py checks it: a stale build is not used */
 
 typedef struct {
     const float *x;   /* [M, ldx] */
@@ -2588,6 +2588,41 @@ __attribute__((target("avx512f"))) static int64_t fitting_tokens512(const int32_
     return n;
 }
 
+/* One row of wide_list (below): the row of V floats at inv_t, ln; its list into ids [M] int64
+ * and q [M] float32 (padding: id 0, q 0); returns how many it lists (0: none). Scratch: bin_of
+ * [V], order [M], fit [M + 16], start [NB + 1]. */
+static int64_t wide_list_row(const float *row, int64_t V, double inv_t, double ln, double target,
+                             int64_t M, int64_t NB, double inv_width, int wide, int32_t *bin_of,
+                             int32_t *order, int32_t *fit, int64_t *start, int64_t *ids, float *q)
+{
+    memset(ids, 0, (size_t)M * sizeof(int64_t));
+    memset(q, 0, (size_t)M * sizeof(float));
+    const float top = max_of(row, V); /* NaN where the row holds one */
+    if (top != top || isinf(top)) return 0;
+    memset(start, 0, (size_t)(NB + 1) * sizeof(int64_t));
+    wide_bins(row, V, (double)top * inv_t - ln, inv_t, ln, inv_width, NB, bin_of, start);
+    for (int64_t b = 0; b < NB; b++) start[b + 1] += start[b];
+    int64_t n_fit = 0; /* the whole bins that fit */
+    while (n_fit < NB && start[n_fit + 1] <= M) n_fit++;
+    if (n_fit == 0) return 0;
+    /* the tokens of the bins that fit (cap <= M of them), then each to its place: start[b] is
+     * the next free place of bin b */
+    const int64_t cap = wide ? fitting_tokens512(bin_of, V, (int32_t)n_fit, fit)
+                             : fitting_tokens(bin_of, V, (int32_t)n_fit, fit);
+    for (int64_t j = 0; j < cap; j++) order[start[bin_of[fit[j]]]++] = fit[j];
+    wide_exps(row, order, cap, inv_t, ln, q);
+    /* start[b] now holds where bin b ends: the mass is checked at each bin's end */
+    double mass = 0.0;
+    int64_t n = 0;
+    for (int64_t b = 0; b < n_fit; b++) {
+        for (; n < start[b]; n++) mass += q[n];
+        if (mass >= target) break;
+    }
+    for (int64_t i = 0; i < n; i++) ids[i] = order[i];
+    memset(q + n, 0, (size_t)(M - n) * sizeof(float));
+    return n;
+}
+
 /* wide_list(x_ptr, ld, V, rows, row_index_ptr, inv_temps_ptr, log_norms_ptr, targets_ptr,
  * max_listed, num_bins, bin_width_inv, out_ids_ptr, out_q_ptr, out_n_ptr, num_rows): for each
  * listed row r of float32 x (row row_index[r] of num_rows, ld floats apart; IndexError where
@@ -2642,37 +2677,9 @@ static PyObject *wide_list(PyObject *self, PyObject *const *args, Py_ssize_t nar
     const int wide = rows_avx512();
     Py_BEGIN_ALLOW_THREADS
     for (int64_t r = 0; r < rows; r++) {
-        const float *row = x + row_index[r] * ld;
-        const double inv_t = inv_temps[r], ln = log_norms[r];
-        int64_t *ids = out_ids + r * M;
-        float *q = out_q + r * M;
-        memset(ids, 0, (size_t)M * sizeof(int64_t));
-        memset(q, 0, (size_t)M * sizeof(float));
-        out_n[r] = 0;
-        const float top = max_of(row, V); /* NaN where the row holds one */
-        if (top != top || isinf(top)) continue;
-        memset(start, 0, (size_t)(NB + 1) * sizeof(int64_t));
-        wide_bins(row, V, (double)top * inv_t - ln, inv_t, ln, inv_width, NB, bin_of, start);
-        for (int64_t b = 0; b < NB; b++) start[b + 1] += start[b];
-        int64_t n_fit = 0; /* the whole bins that fit */
-        while (n_fit < NB && start[n_fit + 1] <= M) n_fit++;
-        if (n_fit == 0) continue;
-        /* the tokens of the bins that fit (cap <= M of them), then each to its place:
-         * start[b] is the next free place of bin b */
-        const int64_t cap = wide ? fitting_tokens512(bin_of, V, (int32_t)n_fit, fit)
-                                 : fitting_tokens(bin_of, V, (int32_t)n_fit, fit);
-        for (int64_t j = 0; j < cap; j++) order[start[bin_of[fit[j]]]++] = fit[j];
-        wide_exps(row, order, cap, inv_t, ln, q);
-        /* start[b] now holds where bin b ends: the mass is checked at each bin's end */
-        double mass = 0.0;
-        int64_t n = 0;
-        for (int64_t b = 0; b < n_fit; b++) {
-            for (; n < start[b]; n++) mass += q[n];
-            if (mass >= targets[r]) break;
-        }
-        for (int64_t i = 0; i < n; i++) ids[i] = order[i];
-        memset(q + n, 0, (size_t)(M - n) * sizeof(float));
-        out_n[r] = n;
+        out_n[r] = wide_list_row(x + row_index[r] * ld, V, inv_temps[r], log_norms[r],
+                                 targets[r], M, NB, inv_width, wide, bin_of, order, fit, start,
+                                 out_ids + r * M, out_q + r * M);
     }
     Py_END_ALLOW_THREADS
     free(bin_of);
@@ -2701,6 +2708,39 @@ __attribute__((target("avx2"))) static void round_shares(const double *pre, int6
                             _mm256_cvtepi32_epi64(_mm256_cvttpd_epi32(_mm256_floor_pd(x))));
     }
     for (; i < S; i++) out[i] = (int64_t)floor(pre[i] / whole * n + 0.5);
+}
+
+/* One row of quantize_draw (below): S listed probabilities p and their tail as counts c [S]
+ * and *tail summing to total, the token the draw picks (-1: the tail) and the excluded ids;
+ * pre: room for S doubles. False where the row cannot be quantised. */
+static int quantize_row(const float *p, int64_t S, int64_t total, int64_t draw,
+                        const int64_t *row_ids, double *pre, int64_t *c, int64_t *tail_out,
+                        int64_t *token_out, int64_t *row_excluded)
+{
+    /* the tail: 1 - the sum of the entries as they are, then the running sum of the entries
+     * at least 0 and the tail (both sums left to right) */
+    double sum = 0.0, running = 0.0;
+    for (int64_t i = 0; i < S; i++) {
+        const double x = (double)p[i];
+        sum += x;
+        running += x > 0.0 ? x : 0.0; /* a NaN: caught by the sum */
+        pre[i] = running;
+    }
+    const double tail = 1.0 - sum > 0.0 ? 1.0 - sum : 0.0;
+    const double whole = running + tail;
+    if (!(sum == sum) || !(whole > 0.0) || isinf(whole)) return 0;
+    round_shares(pre, S, whole, (double)total, c); /* the rounded running sums, then steps */
+    int64_t below = 0, picked = 0; /* the rounded running sum before entry i */
+    for (int64_t i = 0; i < S; i++) {
+        const int64_t rounded = c[i];
+        c[i] = rounded - below;
+        row_excluded[i] = c[i] > 0 ? row_ids[i] : -1;
+        below = rounded;
+        picked += rounded <= draw; /* entries whose range ends at or before the draw */
+    }
+    *tail_out = total - below;
+    *token_out = picked < S ? row_ids[picked] : -1; /* the tail's range ends past the draw */
+    return 1;
 }
 
 /* quantize_draw(probs_ptr, ld, rows, S, total, draws_ptr, ids_ptr, ld_ids, counts_ptr,
@@ -2742,43 +2782,151 @@ static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t
     if (!pre) return PyErr_NoMemory();
     int ok = 1;
     for (int64_t r = 0; r < rows && ok; r++) {
-        const float *p = probs + r * ld;
-        int64_t *c = counts + r * S;
-        /* the tail: 1 - the sum of the entries as they are, then the running sum of the
-         * entries at least 0 and the tail (both sums left to right) */
-        double sum = 0.0, running = 0.0;
-        for (int64_t i = 0; i < S; i++) {
-            const double x = (double)p[i];
-            sum += x;
-            running += x > 0.0 ? x : 0.0; /* a NaN: caught by the sum */
-            pre[i] = running;
-        }
-        const double tail = 1.0 - sum > 0.0 ? 1.0 - sum : 0.0;
-        const double whole = running + tail;
-        if (!(sum == sum) || !(whole > 0.0) || isinf(whole)) {
-            ok = 0;
-            break;
-        }
-        const double n = (double)total;
-        const int64_t draw = draws[r];
-        const int64_t *row_ids = ids + r * ld_ids;
-        int64_t *row_excluded = excluded + r * S;
-        round_shares(pre, S, whole, n, c); /* the rounded running sums, then their steps */
-        int64_t below = 0, picked = 0; /* the rounded running sum before entry i */
-        for (int64_t i = 0; i < S; i++) {
-            const int64_t rounded = c[i];
-            c[i] = rounded - below;
-            row_excluded[i] = c[i] > 0 ? row_ids[i] : -1;
-            below = rounded;
-            picked += rounded <= draw; /* entries whose range ends at or before the draw */
-        }
-        tails[r] = total - below;
-        tokens[r] = picked < S ? row_ids[picked] : -1; /* the tail's range ends past the draw */
+        ok = quantize_row(probs + r * ld, S, total, draws[r], ids + r * ld_ids, pre,
+                          counts + r * S, tails + r, tokens + r, excluded + r * S);
     }
     free(pre);
     return PyBool_FromLong(ok);
 #else
     return not_built("quantize_draw");
+#endif
+}
+
+/* draft_lists(x_ptr, ld, rows, V, maxima_ptr, ldm, temps_ptr, seeds_ptr, positions_ptr,
+ * targets_ptr, S, M, max_listed, num_bins, bin_width_inv, total, draw_bits, out_ids_ptr,
+ * out_counts_ptr, out_excluded_ptr, out_tails_ptr, out_tokens_ptr, out_n_ptr): a draft
+ * step's listed proposals (proposers/draft_sampling.py), row by row in one call, by the same
+ * steps as its separate calls: per float32 row r of x (ld floats apart; maxima_ptr 0 or the
+ * rows' block maxima, ldm apart) at temperature temps[r] (doubles holding float32 values), its
+ * log normaliser ln (log_normalizers), its best S logits (top_k) as q = (float)exp(x / T -
+ * ln), then, where max_listed > S and those cover less than targets[r] (their doubles summed
+ * left to right), the row's widened list (wide_list, at most max_listed), and the list
+ * quantised with its tail to `total` and drawn from by the keyed draw of (seeds[r],
+ * positions[r]) (keyed_random.keyed_draw, draw_bits bits) (quantize_draw). Into out_ids,
+ * out_counts, out_excluded [rows, M] int64, rows M apart (past a row's list, up to the widest
+ * row's: id 0, count 0, excluded -1; nothing written past that), out_tails, out_tokens (-1:
+ * the tail) and out_n [rows] int64 (the widened list's length, 0: the base list of S). False (the outputs incomplete) where a row holds a NaN, has no finite
+ * max, or cannot be quantised: the caller's separate calls decide those. */
+static PyObject *draft_lists(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[23];
+    if (!int_args(args, nargs, 23, 23, "draft_lists", v)) return NULL;
+#ifdef NATIVE_X86
+    const float *x = (const float *)(intptr_t)v[0];
+    const int64_t ld = v[1], rows = v[2], V = v[3], ldm = v[5], S = v[10], M = v[11];
+    const int64_t WM = v[12], NB = v[13], total = v[15], bits = v[16];
+    const float *maxima = (const float *)(intptr_t)v[4];
+    const double *temps = (const double *)(intptr_t)v[6];
+    const int64_t *seeds = (const int64_t *)(intptr_t)v[7];
+    const int64_t *positions = (const int64_t *)(intptr_t)v[8];
+    const double *targets = (const double *)(intptr_t)v[9];
+    const double inv_width = (double)v[14];
+    int64_t *out_ids = (int64_t *)(intptr_t)v[17];
+    int64_t *out_counts = (int64_t *)(intptr_t)v[18];
+    int64_t *out_excluded = (int64_t *)(intptr_t)v[19];
+    int64_t *out_tails = (int64_t *)(intptr_t)v[20];
+    int64_t *out_tokens = (int64_t *)(intptr_t)v[21];
+    int64_t *out_n = (int64_t *)(intptr_t)v[22];
+    const int widen = WM > S;
+    if (V < 64 || S < 1 || S > V / 64 || M < S || (widen && (WM > V || M < WM)) || NB < 1 ||
+        inv_width < 1 || bits < 1 || bits > 30 || total != ((int64_t)1 << bits) || rows < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "draft_lists: bad sizes V=%lld S=%lld M=%lld max_listed=%lld bits=%lld",
+                     v[3], v[10], v[11], v[12], v[16]);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        if (!(temps[r] > 0.0)) {
+            PyErr_Format(PyExc_ValueError, "draft_lists: row %lld: temperature must be > 0",
+                         (long long)r);
+            return NULL;
+        }
+        if (positions[r] < 0) {
+            PyErr_Format(PyExc_ValueError, "draft_lists: row %lld: position %lld < 0",
+                         (long long)r, (long long)positions[r]);
+            return NULL;
+        }
+    }
+    const int64_t nb = (V + 63) / 64, W = widen ? WM : S;
+    TopItem *heaps = malloc((size_t)(2 * S) * sizeof(TopItem));
+    float *own = malloc((size_t)nb * sizeof(float));
+    int32_t *cand = malloc((size_t)V * sizeof(int32_t)); /* top_k_row's, then wide bins' */
+    float *vals = malloc((size_t)S * sizeof(float));
+    float *base_q = malloc((size_t)S * sizeof(float));
+    int64_t *base_ids = malloc((size_t)S * sizeof(int64_t));
+    float *wide_q = malloc((size_t)W * sizeof(float));
+    int64_t *wide_ids = malloc((size_t)W * sizeof(int64_t));
+    double *pre = malloc((size_t)W * sizeof(double));
+    int32_t *order = malloc((size_t)W * sizeof(int32_t));
+    int32_t *fit = malloc((size_t)(W + 16) * sizeof(int32_t));
+    int64_t *start = malloc((size_t)(NB + 1) * sizeof(int64_t));
+    int ok = heaps && own && cand && vals && base_q && base_ids && wide_q && wide_ids && pre &&
+             order && fit && start;
+    if (!ok) PyErr_NoMemory();
+    const int wide = rows_avx512();
+    int64_t widest = S;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t r = 0; r < rows && ok; r++) {
+        const float *row = x + r * ld;
+        const double t = temps[r], inv_t = 1.0 / t;
+        const float *bmax = maxima ? maxima + r * ldm : own;
+        if (!maxima) { /* NaN where a block holds one (top_k's) */
+            for (int64_t b = 0; b < nb; b++) {
+                own[b] = max_of(row + b * 64, (b + 1) * 64 < V ? 64 : V - b * 64);
+            }
+        }
+        const float top = maxima ? max_of(maxima + r * ldm, nb) : max_of(row, V);
+        ok = top == top && !isinf(top);
+        if (!ok) break;
+        const double ln = log_normalizer(row, V, top, inv_t, wide);
+        ok = top_k_row(row, V, S, bmax, heaps, heaps + S, cand, vals, base_ids);
+        if (!ok) break;
+        double mass = 0.0;
+        for (int64_t i = 0; i < S; i++) { /* torch's double ops: x / T - ln, exp, to float */
+            base_q[i] = (float)exp((double)vals[i] / t - ln);
+            mass += (double)base_q[i];
+        }
+        int64_t n = 0, width = S;
+        const float *q = base_q;
+        const int64_t *ids = base_ids;
+        if (widen && mass < targets[r]) { /* 0: its best bin alone is over the budget */
+            n = wide_list_row(row, V, inv_t, ln, targets[r], WM, NB, inv_width, wide, cand,
+                              order, fit, start, wide_ids, wide_q);
+            if (n > 0) q = wide_q, ids = wide_ids, width = n;
+        }
+        const uint64_t word =
+            g_mix64((uint64_t)seeds[r] + (uint64_t)(positions[r] + 1) * G_GAMMA);
+        int64_t *c = out_counts + r * M, *ex = out_excluded + r * M;
+        ok = quantize_row(q, width, total, (int64_t)(word >> (64 - bits)), ids, pre, c,
+                          out_tails + r, out_tokens + r, ex);
+        if (!ok) break;
+        memcpy(out_ids + r * M, ids, (size_t)width * sizeof(int64_t));
+        out_n[r] = n;
+        widest = width > widest ? width : widest;
+    }
+    for (int64_t r = 0; r < rows && ok; r++) { /* padding up to the widest row's list only */
+        const int64_t width = out_n[r] > 0 ? out_n[r] : S, pad = widest - width;
+        memset(out_ids + r * M + width, 0, (size_t)pad * sizeof(int64_t));
+        memset(out_counts + r * M + width, 0, (size_t)pad * sizeof(int64_t));
+        for (int64_t i = width; i < widest; i++) out_excluded[r * M + i] = -1;
+    }
+    Py_END_ALLOW_THREADS
+    free(heaps);
+    free(own);
+    free(cand);
+    free(vals);
+    free(base_q);
+    free(base_ids);
+    free(wide_q);
+    free(wide_ids);
+    free(pre);
+    free(order);
+    free(fit);
+    free(start);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(ok);
+#else
+    return not_built("draft_lists");
 #endif
 }
 
@@ -3177,6 +3325,10 @@ static PyMethodDef methods[] = {
     {"pack_draws", (PyCFunction)(void (*)(void))pack_draws, METH_FASTCALL,
      "pack_draws(rows, positions, ids_ptrs, counts_ptrs, lengths, tails, B, K, S, total, ids, "
      "probs, tail): a round's listed draws laid out as [B, K, S] tensors."},
+    {"draft_lists", (PyCFunction)(void (*)(void))draft_lists, METH_FASTCALL,
+     "draft_lists(x, ld, rows, V, maxima, ldm, temps, seeds, positions, targets, S, M, "
+     "max_listed, num_bins, bin_width_inv, total, draw_bits, ids, counts, excluded, tails, "
+     "tokens, n): a draft step's listed proposals, quantised and drawn, in one call."},
     {"wide_list", (PyCFunction)(void (*)(void))wide_list, METH_FASTCALL,
      "wide_list(x, ld, V, rows, row_index, temps, log_norms, targets, max_listed, num_bins, "
      "bin_width_inv, out_ids, out_q, out_n, num_rows): a sampled row's widened list, whole "

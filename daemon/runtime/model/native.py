@@ -14,7 +14,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-ABI_VERSION = 19  # what the wrappers call; the built module states its own
+ABI_VERSION = 20  # what the wrappers call; the built module states its own
 DISABLE_ENV = "SPECCTL_NATIVE"  # "0": torch's ops only (for before/after measurements)
 
 

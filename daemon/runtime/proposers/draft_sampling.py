@@ -29,6 +29,7 @@ import torch
 from daemon.runtime.host_tensors import float32_tensor
 from daemon.runtime.proposers.drafts import SparseDraw
 from daemon.runtime.sampling.argmax import argmax_last
+from daemon.runtime.sampling.draft_lists import draft_lists
 from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax, gumbel_topk
 from daemon.runtime.sampling.keyed_random import keyed_draw, keyed_u64
 from daemon.runtime.sampling.logits import log_normalizers, top_k
@@ -243,19 +244,33 @@ class DraftSampler:
         order, their probabilities from the rows' log denominators (one read of the logits),
         and the tail's token by the Gumbel race on the logits at temperature T."""
         temps = torch.tensor([k.temperature for k in keys])  # [A'] on the host
-        on_device = temps.to(logits.device)
         vocab_size = logits.shape[-1]
+        widens = self.max_listed > self.sparse_top_k and vocab_size > self.sparse_top_k
+        # [A'] the mass each row's list should cover, at most sparse_mass; the rows whose
+        # base list leaves more than the rest of it to the tail's coupling widen
+        wide_mass = [min(k.listing_mass, self.sparse_mass) for k in keys] if widens else []
+        if self.sparse_mass == 1.0:  # every step below in one C call, where it runs
+            fast = draft_lists(
+                logits, temps, [k.draft_seed for k in keys], [k.position for k in keys],
+                wide_mass or [0.0] * len(keys), self.sparse_top_k, self.max_listed,
+            )  # fmt: skip
+            if fast is not None:
+                self.num_widened_rows += fast.num_widened
+                return self._finish_rows(
+                    logits, keys, temps, fast.ids, fast.counts, fast.tails, fast.tokens,
+                    fast.excluded,
+                )  # fmt: skip
+        on_device = temps.to(logits.device)
         log_norms = log_normalizers(logits, on_device)  # [A'] one read of the logits
         top, ids = self._listed(logits, on_device, log_norms, self.sparse_top_k)  # [A', S]
         if self.sparse_mass < 1.0:  # list no more than it takes to cover sparse_mass
             top = torch.where(top.cumsum(dim=-1) - top < self.sparse_mass, top, 0.0)
-        if self.max_listed > self.sparse_top_k and vocab_size > self.sparse_top_k:
-            # [A'] the mass each row's list should cover, at most sparse_mass; the rows whose
-            # base list leaves more than the rest of it to the tail's coupling widen
-            wide_mass = torch.tensor([min(k.listing_mass, self.sparse_mass) for k in keys])
-            short = (top.sum(dim=-1) < wide_mass).nonzero().flatten()
+        if widens:
+            masses = torch.tensor(wide_mass, dtype=torch.float64)  # [A']
+            # the base list's mass in doubles, summed left to right (as the C call sums it)
+            short = (top.double().cumsum(dim=-1)[:, -1] < masses).nonzero().flatten()
             if len(short):
-                top, ids = self._widened(logits, on_device, log_norms, top, ids, short, wide_mass)
+                top, ids = self._widened(logits, on_device, log_norms, top, ids, short, masses)
         return self._draw_rows(logits, keys, temps, top, ids)
 
     def _listed(
@@ -326,12 +341,29 @@ class DraftSampler:
     ) -> list[tuple[int, SparseDraw]]:
         """q at the listed tokens top [A', S] (0: not listed) and their ids [A', S] -> (token,
         counts it was drawn from) per row."""
-        vocab_size = logits.shape[-1]
         draws = torch.tensor([keyed_draw(k.draft_seed, k.position, PROPOSAL_BITS) for k in keys])
         # [A', S], [A'] int64 counts and tails (rows sum to 2^15); [A'] the listed token each
         # draw picks (-1: the tail); [A', S] the listed ids with a positive count (else -1)
         counts, tails, tokens, listed = quantize_and_draw(top, ids, draws)
-        picked = tokens.tolist()
+        return self._finish_rows(
+            logits, keys, temps, ids, counts, tails.tolist(), tokens.tolist(), listed
+        )
+
+    @staticmethod
+    def _finish_rows(
+        logits: torch.Tensor,
+        keys: list[RowKey],
+        temps: torch.Tensor,
+        ids: torch.Tensor,
+        counts: torch.Tensor,
+        tails: list[int],
+        picked: list[int],
+        listed: torch.Tensor,
+    ) -> list[tuple[int, SparseDraw]]:
+        """The rows' lists ids [A', S] and counts [A', S] int64, tail counts [A'], the listed
+        token each row drew (-1: the tail) and the ids a tail draw avoids [A', S] (-1: none)
+        -> (token, counts it was drawn from) per row: a tail draw's token by the Gumbel race."""
+        vocab_size = logits.shape[-1]
         in_tail = [r for r, token in enumerate(picked) if token < 0]
         if in_tail:  # the Gumbel-max of q over the unlisted tokens, with the shared field
             rows = torch.tensor(in_tail)
@@ -347,7 +379,7 @@ class DraftSampler:
         out = []
         from_tail = set(in_tail)
         rows_ids, rows_counts = ids.unbind(0), counts.unbind(0)  # [S] views, one call each
-        for r, (key, token, tail) in enumerate(zip(keys, picked, tails.tolist(), strict=True)):
+        for r, (key, token, tail) in enumerate(zip(keys, picked, tails, strict=True)):
             if token < 0:  # no unlisted token has any probability: any unlisted one will do
                 listed_ids = rows_ids[r][rows_counts[r] > 0].tolist()
                 word = keyed_u64(key.draft_seed ^ TAIL_SALT, key.position)
