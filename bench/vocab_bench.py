@@ -53,6 +53,7 @@ from daemon.runtime.engine.request import Request
 from daemon.runtime.engine.stats import EngineStats
 from daemon.runtime.model import load_model
 from daemon.runtime.model.batch import ForwardBatch
+from daemon.runtime.model.loader import DTYPE_CHOICES
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.proposers.base import Proposals, ProposeRequest
 from daemon.runtime.proposers.draft_model import DraftModelProposer
@@ -296,6 +297,11 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", choices=DEVICES, default="cpu")
+    parser.add_argument(
+        "--dtype", choices=DTYPE_CHOICES, default="float32",
+        help="the models' weights (float32: what `specctl demo` runs on a CPU, where the "
+        "native kernels take it; auto: each checkpoint's own, bfloat16 for the demo target)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     problem = device_problem(args.device)
     if problem:
@@ -336,8 +342,10 @@ def main(argv: list[str] | None = None) -> None:
             ]
             same = "draft = target" if args.draft_seed is None else f"draft seed {args.draft_seed}"
             title = f"V={args.vocab}, {same}, B={args.batch}, k={args.k}"
-        target = load_model(target_dir, num_slots=args.batch, device=args.device)
-        draft = TimedModel(load_model(draft_dir, num_slots=args.batch, device=args.device))
+        target = load_model(target_dir, num_slots=args.batch, device=args.device, dtype=args.dtype)
+        draft = TimedModel(
+            load_model(draft_dir, num_slots=args.batch, device=args.device, dtype=args.dtype)
+        )
         results = [
             run_mode(
                 target,

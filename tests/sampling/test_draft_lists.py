@@ -113,7 +113,7 @@ def test_every_seed_and_position_draws_the_same(monkeypatch: pytest.MonkeyPatch)
 def test_rows_are_padded_to_the_widest_list_only() -> None:
     logits, keys = _rows(4096, 6, seed=11)
     logits[4] = torch.randn(4096, generator=torch.Generator().manual_seed(1))  # not peaked
-    temps = torch.tensor([k.temperature for k in keys])
+    temps = [k.temperature for k in keys]
     found = draft_lists(
         logits, temps, [k.draft_seed for k in keys], [k.position for k in keys],
         [0.0, 0.0, 0.0, 0.0, 0.9, 0.0], 8, 1024,
@@ -133,7 +133,7 @@ def test_rows_are_padded_to_the_widest_list_only() -> None:
 
 def test_rows_it_cannot_take_are_left_to_the_separate_calls() -> None:
     logits, keys = _rows(4096, 4, seed=2)
-    temps = torch.tensor([k.temperature for k in keys])
+    temps = [k.temperature for k in keys]
     seeds, positions, masses = [k.draft_seed for k in keys], [k.position for k in keys], [0.0] * 4
     assert draft_lists(logits, temps, seeds, positions, masses, 32, 2048) is not None
     with_nan, no_finite = logits.clone(), logits.clone()
@@ -151,6 +151,6 @@ def test_a_bad_temperature_or_position_is_a_clear_error() -> None:
     logits, keys = logits[:2], keys[:2]
     seeds = [k.draft_seed for k in keys]
     with pytest.raises(ValueError, match="row 1: temperature must be > 0"):
-        draft_lists(logits, torch.tensor([0.7, 0.0]), seeds, [1, 2], [0.0, 0.0], 32, 64)
+        draft_lists(logits, [0.7, 0.0], seeds, [1, 2], [0.0, 0.0], 32, 64)
     with pytest.raises(ValueError, match="row 1: position -4 < 0"):
-        draft_lists(logits, torch.tensor([0.7, 0.7]), seeds, [1, -4], [0.0, 0.0], 32, 64)
+        draft_lists(logits, [0.7, 0.7], seeds, [1, -4], [0.0, 0.0], 32, 64)

@@ -243,23 +243,23 @@ class DraftSampler:
         from) per row. q = softmax(logits / T) is never written out: its top S by the logits'
         order, their probabilities from the rows' log denominators (one read of the logits),
         and the tail's token by the Gumbel race on the logits at temperature T."""
-        temps = torch.tensor([k.temperature for k in keys])  # [A'] on the host
         vocab_size = logits.shape[-1]
+        temperatures = [k.temperature for k in keys]
         widens = self.max_listed > self.sparse_top_k and vocab_size > self.sparse_top_k
         # [A'] the mass each row's list should cover, at most sparse_mass; the rows whose
         # base list leaves more than the rest of it to the tail's coupling widen
         wide_mass = [min(k.listing_mass, self.sparse_mass) for k in keys] if widens else []
         if self.sparse_mass == 1.0:  # every step below in one C call, where it runs
             fast = draft_lists(
-                logits, temps, [k.draft_seed for k in keys], [k.position for k in keys],
+                logits, temperatures, [k.draft_seed for k in keys], [k.position for k in keys],
                 wide_mass or [0.0] * len(keys), self.sparse_top_k, self.max_listed,
             )  # fmt: skip
             if fast is not None:
                 self.num_widened_rows += fast.num_widened
                 return self._finish_rows(
-                    logits, keys, temps, fast.ids, fast.counts, fast.tails, fast.tokens,
-                    fast.excluded,
-                )  # fmt: skip
+                    logits, keys, fast.ids, fast.counts, fast.tails, fast.tokens, fast.excluded
+                )
+        temps = torch.tensor(temperatures)  # [A'] on the host
         on_device = temps.to(logits.device)
         log_norms = log_normalizers(logits, on_device)  # [A'] one read of the logits
         top, ids = self._listed(logits, on_device, log_norms, self.sparse_top_k)  # [A', S]
@@ -271,7 +271,7 @@ class DraftSampler:
             short = (top.double().cumsum(dim=-1)[:, -1] < masses).nonzero().flatten()
             if len(short):
                 top, ids = self._widened(logits, on_device, log_norms, top, ids, short, masses)
-        return self._draw_rows(logits, keys, temps, top, ids)
+        return self._draw_rows(keys, top, ids, logits)
 
     def _listed(
         self, logits: torch.Tensor, temps: torch.Tensor, log_norms: torch.Tensor, width: int
@@ -333,11 +333,10 @@ class DraftSampler:
 
     def _draw_rows(
         self,
-        logits: torch.Tensor,
         keys: list[RowKey],
-        temps: torch.Tensor,
         top: torch.Tensor,
         ids: torch.Tensor,
+        logits: torch.Tensor,
     ) -> list[tuple[int, SparseDraw]]:
         """q at the listed tokens top [A', S] (0: not listed) and their ids [A', S] -> (token,
         counts it was drawn from) per row."""
@@ -345,15 +344,12 @@ class DraftSampler:
         # [A', S], [A'] int64 counts and tails (rows sum to 2^15); [A'] the listed token each
         # draw picks (-1: the tail); [A', S] the listed ids with a positive count (else -1)
         counts, tails, tokens, listed = quantize_and_draw(top, ids, draws)
-        return self._finish_rows(
-            logits, keys, temps, ids, counts, tails.tolist(), tokens.tolist(), listed
-        )
+        return self._finish_rows(logits, keys, ids, counts, tails.tolist(), tokens.tolist(), listed)
 
     @staticmethod
     def _finish_rows(
         logits: torch.Tensor,
         keys: list[RowKey],
-        temps: torch.Tensor,
         ids: torch.Tensor,
         counts: torch.Tensor,
         tails: list[int],
@@ -371,8 +367,9 @@ class DraftSampler:
                 [keys[r].draft_seed for r in in_tail], [keys[r].position for r in in_tail]
             )
             # argmax over U of (log q + G) = argmax over U of (logits + T G)
+            temps = float32_tensor([keys[r].temperature for r in in_tail])  # [T]
             drawn = gumbel_argmax(
-                logits, tail_keys, listed[rows], rows=rows, noise_scale=temps[rows]
+                logits, tail_keys, listed[rows], rows=rows, noise_scale=temps
             ).tolist()
             for r, token in zip(in_tail, drawn, strict=True):
                 picked[r] = token

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-from daemon.runtime.host_tensors import int64_tensor
 from daemon.runtime.model import native
 from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.quantized import PROPOSAL_BITS, PROPOSAL_TOTAL
@@ -41,7 +40,7 @@ class ListedRows:
 
 def draft_lists(
     logits: torch.Tensor,  # [A, V] float32 (left as they are)
-    temperatures: torch.Tensor,  # [A] float32 > 0, on the host
+    temperatures: list[float],  # [A] > 0 (rounded to float32, as torch.tensor rounds them)
     seeds: list[int],  # [A] draft seeds (keyed_random)
     positions: list[int],  # [A] absolute positions of the tokens drafted
     targets: list[float],  # [A] the mass a row's list should cover before it widens
@@ -62,32 +61,18 @@ def draft_lists(
     wide_max = min(max_listed, vocab) if max_listed > top else top
     width = max(top, wide_max)
     maxima = block_maxima.lookup_rows(logits)  # [A, nb] or None
-    temps = temperatures.to(torch.float64)  # [A] float32 values, as torch's paths take them
-    seeds_t, positions_t = int64_tensor(seeds), int64_tensor(positions)
-    targets_t = torch.tensor(targets, dtype=torch.float64)
-    ids = torch.empty(num_rows, width, dtype=torch.int64)
-    counts = torch.empty(num_rows, width, dtype=torch.int64)
-    excluded = torch.empty(num_rows, width, dtype=torch.int64)
-    tails = torch.empty(num_rows, dtype=torch.int64)
-    tokens = torch.empty(num_rows, dtype=torch.int64)
-    widened = torch.empty(num_rows, dtype=torch.int64)
-    done = module.draft_lists(
+    # [A, W] int64 each: ids, counts, excluded ids, rows W apart
+    out = torch.empty(3, num_rows, width, dtype=torch.int64)
+    found = module.draft_lists(
         logits.data_ptr(), logits.stride(0), num_rows, vocab,
         0 if maxima is None else maxima.data_ptr(), 0 if maxima is None else maxima.stride(0),
-        temps.data_ptr(), seeds_t.data_ptr(), positions_t.data_ptr(), targets_t.data_ptr(),
-        top, width, wide_max, NUM_LOG_Q_BINS, round(1 / LOG_Q_BIN), PROPOSAL_TOTAL,
-        PROPOSAL_BITS, ids.data_ptr(), counts.data_ptr(), excluded.data_ptr(), tails.data_ptr(),
-        tokens.data_ptr(), widened.data_ptr(),
+        temperatures, seeds, positions, targets, top, width, wide_max, NUM_LOG_Q_BINS,
+        round(1 / LOG_Q_BIN), PROPOSAL_TOTAL, PROPOSAL_BITS, out[0].data_ptr(),
+        out[1].data_ptr(), out[2].data_ptr(),
     )  # fmt: skip
-    if not done:
+    if found is False:
         return None
-    lengths = widened.tolist()
+    tails, tokens, lengths = found
     used = max(top, max(lengths))  # the rows are padded to the widest (C)
-    return ListedRows(
-        ids[:, :used],
-        counts[:, :used],
-        excluded[:, :used],
-        tails.tolist(),
-        tokens.tolist(),
-        sum(1 for n in lengths if n > 0),
-    )
+    ids, counts, excluded = out[:, :, :used].unbind(0)
+    return ListedRows(ids, counts, excluded, tails, tokens, sum(1 for n in lengths if n > 0))
