@@ -15,7 +15,7 @@ import pytest
 from tests.server.serve_process import DEMO_TARGET, REPO, ServeProcess, write_key_file
 
 MODEL = "tiny-queue"
-LONG = {"model": MODEL, "prompt": "x", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+LONG = {"model": MODEL, "prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def small_server() -> Iterator[ServeProcess]:
     """Target only, one running slot and one waiting place: the third request has no room."""
     serve = ServeProcess(
         "--target", DEMO_TARGET, "--served-model-name", MODEL, "--dtype", "float32",
-        "--max-batch-size", "1", "--max-waiting", "1", "--graceful-timeout-s", "1",
+        "--max-batch-size", "1", "--max-waiting", "1", "--graceful-timeout-s", "0.3",
     )  # fmt: skip
     try:
         yield serve
