@@ -2206,6 +2206,93 @@ __attribute__((target("avx512f,avx2,fma"))) static void attn_queries512(const At
     }
 }
 
+/* ---- attn_queries with 256-bit registers for head dims that are multiples of 64 ----
+ * attn_queries512's scheme where AVX-512 is not at hand (or SPECCTL_AVX512=0): scores 4 keys
+ * at a time reduced together (hadds), the weighted values summed in registers 64 columns at a
+ * time. The sums are taken in another order than attn_queries'. */
+
+__attribute__((target("avx2,fma"))) static inline __m128 sum4_256(__m256 a, __m256 b, __m256 c,
+                                                                 __m256 d)
+{
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* One query q [D] (D a multiple of 64) over keys [lo, p] of one head: softmax(q k * scale) v
+ * into dst [D]. scores: room for p + 1 floats. */
+__attribute__((target("avx2,fma"))) static void attn_query256(const float *q, const float *keys,
+                                                             const float *values, int64_t lo,
+                                                             int64_t p, int64_t D, float scale,
+                                                             float *scores, float *dst)
+{
+    const __m128 vscale = _mm_set1_ps(scale);
+    __m128 top4 = _mm_set1_ps(-INFINITY);
+    int64_t l = lo;
+    for (; l + 4 <= p + 1; l += 4) {
+        const float *k = keys + l * D;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t c = 0; c < D; c += 8) {
+            const __m256 qc = _mm256_loadu_ps(q + c);
+            a0 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + c), a0);
+            a1 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + D + c), a1);
+            a2 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 2 * D + c), a2);
+            a3 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 3 * D + c), a3);
+        }
+        const __m128 s = _mm_mul_ps(sum4_256(a0, a1, a2, a3), vscale);
+        _mm_storeu_ps(scores + l, s);
+        top4 = _mm_max_ps(top4, s);
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, top4);
+    float top = fmaxf(fmaxf(lanes[0], lanes[1]), fmaxf(lanes[2], lanes[3]));
+    for (; l <= p; l++) { /* the last 1-3 keys */
+        scores[l] = dot(q, keys + l * D, D) * scale;
+        top = scores[l] > top ? scores[l] : top;
+    }
+    const float total = exp_shifted(scores + lo, p - lo + 1, top);
+    const __m256 inv = _mm256_set1_ps(1.0f / total);
+    for (int64_t col = 0; col < D; col += 64) { /* 64 columns: 8 registers of sums */
+        __m256 acc[8];
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        for (l = lo; l <= p; l++) {
+            const float *v = values + l * D + col;
+            const __m256 w = _mm256_set1_ps(scores[l]);
+            for (int i = 0; i < 8; i++) {
+                acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * i), acc[i]);
+            }
+        }
+        for (int i = 0; i < 8; i++) {
+            _mm256_storeu_ps(dst + col + 8 * i, _mm256_mul_ps(acc[i], inv));
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void attn_queries256(const AttnJob *a, float *scores,
+                                                               float *q)
+{
+    const int64_t width = (a->H + 2 * a->Hkv) * a->D, group = a->H / a->Hkv, D = a->D;
+    for (int64_t b = 0; b < a->B; b++) {
+        const int64_t slot = a->rows[3 * b], start = a->rows[3 * b + 1];
+        const int64_t len = a->rows[3 * b + 2];
+        for (int64_t t = 0; t < a->T; t++) {
+            float *dst = a->out + (b * a->T + t) * a->H * D;
+            if (t >= len) {
+                memset(dst, 0, (size_t)(a->H * D) * sizeof(float));
+                continue;
+            }
+            const int64_t p = start + t;
+            const int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+            const float *tok = a->qkv + (b * a->T + t) * width;
+            for (int64_t h = 0; h < a->H; h++) {
+                rotate(tok + h * D, a->cos + p * D, a->ssin + p * D, D, q);
+                const int64_t base = (slot * a->Hkv + h / group) * a->max_len * D;
+                attn_query256(q, a->kc + base, a->vc + base, lo, p, D, a->scale, scores,
+                              dst + h * D);
+            }
+        }
+    }
+}
+
 static int attention_core(const AttnJob *a)
 {
     float *scratch = (float *)malloc((size_t)(a->max_len + a->D) * sizeof(float));
@@ -2213,6 +2300,8 @@ static int attention_core(const AttnJob *a)
     attn_write(a);
     if ((a->D == 64 || a->D == 128) && rows_avx512()) {
         attn_queries512(a, scratch, scratch + a->max_len);
+    } else if (a->D % 64 == 0) {
+        attn_queries256(a, scratch, scratch + a->max_len);
     } else {
         attn_queries(a, scratch, scratch + a->max_len);
     }
