@@ -83,7 +83,7 @@ def _reference(
 @pytest.mark.parametrize("avx512", ["1", "0"])
 @pytest.mark.parametrize("dim", [64, 128, 32])
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (2, 2), (8, 1)])
-@pytest.mark.parametrize("window", [0, 7])
+@pytest.mark.parametrize("window", [0, 7, 70])
 def test_attention_matches_the_reference(
     avx512: str, dim: int, heads: int, kv_heads: int, window: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,3 +114,16 @@ def test_every_context_length_through_one_block_boundary(monkeypatch: pytest.Mon
         got, _, _ = _native(case, rows, 2, 1, 0)
         want, _, _ = _reference(case, rows, 2, 1, 0)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("avx512", ["1", "0"])
+def test_a_full_chunk_of_many_query_heads_on_one_kv_head(
+    avx512: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 tokens x 16 query heads share one KV head: the blocked path's 256 queries at once."""
+    monkeypatch.setenv("SPECCTL_AVX512", avx512)
+    case = _case(batch=2, chunk=16, heads=16, kv_heads=1, dim=64, seed=4)
+    rows = torch.tensor([[1, 100, 16], [0, 3, 16]], dtype=torch.int64)
+    got, _, _ = _native(case, rows, 16, 1, 0)
+    want, _, _ = _reference(case, rows, 16, 1, 0)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
