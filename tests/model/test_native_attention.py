@@ -127,3 +127,14 @@ def test_a_full_chunk_of_many_query_heads_on_one_kv_head(
     got, _, _ = _native(case, rows, 16, 1, 0)
     want, _, _ = _reference(case, rows, 16, 1, 0)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [([0, 3, 6], "length 6"), ([0, 158, 5], "start 158"), ([0, -1, 2], "start -1")],
+)
+def test_a_row_outside_the_chunk_or_the_cache_is_a_clear_error(row: list[int], why: str) -> None:
+    case = _case(batch=1, chunk=5, heads=4, kv_heads=2, dim=64, seed=1)
+    rows = torch.tensor([row], dtype=torch.int64)
+    with pytest.raises(ValueError, match=f"row 0 .*{why}.* chunk of 5 tokens .* 160 positions"):
+        _native(case, rows, 4, 2, 0)

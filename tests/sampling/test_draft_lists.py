@@ -154,3 +154,13 @@ def test_a_bad_temperature_or_position_is_a_clear_error() -> None:
         draft_lists(logits, [0.7, 0.0], seeds, [1, 2], [0.0, 0.0], 32, 64)
     with pytest.raises(ValueError, match="row 1: position -4 < 0"):
         draft_lists(logits, [0.7, 0.7], seeds, [1, -4], [0.0, 0.0], 32, 64)
+
+
+def test_seeds_of_any_size_are_taken_modulo_2_64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote peer's seed is a uint64 on the wire: past 2^63 the one call still runs and
+    draws what keyed_random draws (its arithmetic is modulo 2^64)."""
+    logits, keys = _rows(4096, 4, seed=8)
+    big = [RowKey(k.temperature, (1 << 63) + 977 * r, k.position, k.listing_mass)
+           for r, k in enumerate(keys)]  # fmt: skip
+    got, want, _, _ = _sample_both({"sparse_top_k": 8, "max_listed": 512}, logits, big, monkeypatch)
+    _assert_same(got, want)

@@ -2032,7 +2032,25 @@ static int attn_sizes_ok(const AttnJob *a)
     return a->Hkv >= 1 && a->H % a->Hkv == 0 && a->D >= 2 && a->D % 2 == 0 && a->max_len >= 1;
 }
 
-/* attention's work (sizes checked); no Python calls. 0, or -1 where memory ran out. */
+/* Each row's slot, start and length fit the chunk and the cache (the work buffers are sized
+ * by the chunk); else a Python ValueError set, and False. */
+static int attn_rows_ok(const AttnJob *a)
+{
+    for (int64_t b = 0; b < a->B; b++) {
+        const int64_t slot = a->rows[3 * b], start = a->rows[3 * b + 1];
+        const int64_t len = a->rows[3 * b + 2];
+        if (slot < 0 || start < 0 || len < 0 || len > a->T || start + len > a->max_len) {
+            PyErr_Format(PyExc_ValueError,
+                         "attention: row %lld (slot %lld, start %lld, length %lld) outside a "
+                         "chunk of %lld tokens or a cache of %lld positions",
+                         (long long)b, (long long)slot, (long long)start, (long long)len,
+                         (long long)a->T, (long long)a->max_len);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* ---- Blocked attention: attn_queries' answer, 3-4x faster (attn_blocked, below) ----
  * The queries that share a KV head go over its keys together, a block of keys at a time, each
  * folding the block into its running softmax (its largest score, the sum of exps and the
@@ -2344,6 +2362,8 @@ __attribute__((target("avx2,fma"))) static void attn_blocked(const AttnJob *a, f
     }
 }
 
+/* attention's work (sizes and rows checked); no Python calls. 0, or -1 where memory ran
+ * out. */
 static int attention_core(const AttnJob *a)
 {
     /* the blocked path's work: 2 Q D + 2 Q + 64 floats at most (attn_blocked) */
@@ -2386,6 +2406,7 @@ static PyObject *attention(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "attention: bad head counts or sizes");
         return NULL;
     }
+    if (!attn_rows_ok(&a)) return NULL;
     int failed;
     Py_BEGIN_ALLOW_THREADS
     failed = attention_core(&a);
@@ -2434,6 +2455,7 @@ static PyObject *layers_native(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "layers: bad head counts or sizes");
         return NULL;
     }
+    if (!attn_rows_ok(&a)) return NULL;
     long long residual = embedded, pending = 0;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -3158,6 +3180,23 @@ static int seq_int64s(PyObject *seq, Py_ssize_t n, int64_t *out, const char *wha
     return ok;
 }
 
+/* seq_int64s for ints of any size, each taken modulo 2^64 (keyed_random's arithmetic). */
+static int seq_words(PyObject *seq, Py_ssize_t n, int64_t *out, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast) return 0;
+    int ok = PySequence_Fast_GET_SIZE(fast) == n;
+    if (!ok) PyErr_Format(PyExc_ValueError, "%s: need %zd items", what, n);
+    for (Py_ssize_t i = 0; i < n && ok; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        const unsigned long long w = PyLong_AsUnsignedLongLongMask(item);
+        ok = !(w == (unsigned long long)-1 && PyErr_Occurred());
+        out[i] = (int64_t)w;
+    }
+    Py_DECREF(fast);
+    return ok;
+}
+
 /* A list of n int64s as Python ints (NULL: an error set). */
 static PyObject *int64_list(const int64_t *values, Py_ssize_t n)
 {
@@ -3246,7 +3285,7 @@ static PyObject *draft_lists(PyObject *self, PyObject *const *args, Py_ssize_t n
     int64_t *seeds = row_i, *positions = row_i + rows, *tails = row_i + 2 * rows;
     int64_t *tokens = row_i + 3 * rows, *widened = row_i + 4 * rows;
     if (!seq_doubles(args[6], rows, temps, "draft_lists: temperatures") ||
-        !seq_int64s(args[7], rows, seeds, "draft_lists: seeds") ||
+        !seq_words(args[7], rows, seeds, "draft_lists: seeds") ||
         !seq_int64s(args[8], rows, positions, "draft_lists: positions") ||
         !seq_doubles(args[9], rows, targets, "draft_lists: targets")) {
         goto done;

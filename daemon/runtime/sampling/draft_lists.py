@@ -25,6 +25,8 @@ from daemon.runtime.sampling import block_maxima
 from daemon.runtime.sampling.quantized import PROPOSAL_BITS, PROPOSAL_TOTAL
 from daemon.runtime.sampling.wide_list import LOG_Q_BIN, NUM_LOG_Q_BINS
 
+MAX_POSITION = (1 << 63) - 1  # what the C call reads as int64
+
 
 @dataclass(slots=True)
 class ListedRows:
@@ -56,6 +58,7 @@ def draft_lists(
         or not 1 <= top <= vocab // block_maxima.BLOCK
         or num_rows == 0
         or logits.stride(0) < vocab  # rows that overlap (an expanded tensor)
+        or max(positions) > MAX_POSITION  # (seeds of any size are taken modulo 2^64 in C)
     ):
         return None
     wide_max = min(max_listed, vocab) if max_listed > top else top
