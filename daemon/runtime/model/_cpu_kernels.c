@@ -3150,38 +3150,12 @@ static PyObject *quantize_draw(PyObject *self, PyObject *const *args, Py_ssize_t
 #endif
 }
 
-/* The items of a list (or tuple) of n Python numbers into out: as doubles, or as int64. False
- * (a Python error set) where it is not one or an item is not a number. */
-static int seq_doubles(PyObject *seq, Py_ssize_t n, double *out, const char *what)
-{
-    PyObject *fast = PySequence_Fast(seq, what);
-    if (!fast) return 0;
-    int ok = PySequence_Fast_GET_SIZE(fast) == n;
-    if (!ok) PyErr_Format(PyExc_ValueError, "%s: need %zd items", what, n);
-    for (Py_ssize_t i = 0; i < n && ok; i++) {
-        out[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
-        ok = !(out[i] == -1.0 && PyErr_Occurred());
-    }
-    Py_DECREF(fast);
-    return ok;
-}
+typedef enum { SEQ_DOUBLES, SEQ_INT64S, SEQ_WORDS } SeqKind;
 
-static int seq_int64s(PyObject *seq, Py_ssize_t n, int64_t *out, const char *what)
-{
-    PyObject *fast = PySequence_Fast(seq, what);
-    if (!fast) return 0;
-    int ok = PySequence_Fast_GET_SIZE(fast) == n;
-    if (!ok) PyErr_Format(PyExc_ValueError, "%s: need %zd items", what, n);
-    for (Py_ssize_t i = 0; i < n && ok; i++) {
-        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
-        ok = !(out[i] == -1 && PyErr_Occurred());
-    }
-    Py_DECREF(fast);
-    return ok;
-}
-
-/* seq_int64s for ints of any size, each taken modulo 2^64 (keyed_random's arithmetic). */
-static int seq_words(PyObject *seq, Py_ssize_t n, int64_t *out, const char *what)
+/* The n items of a list (or tuple) of Python numbers into out: doubles, int64s, or ints of any
+ * size taken modulo 2^64 (keyed_random's arithmetic) as int64s. False (a Python error set)
+ * where it is not n numbers. */
+static int seq_numbers(PyObject *seq, Py_ssize_t n, SeqKind kind, void *out, const char *what)
 {
     PyObject *fast = PySequence_Fast(seq, what);
     if (!fast) return 0;
@@ -3189,9 +3163,27 @@ static int seq_words(PyObject *seq, Py_ssize_t n, int64_t *out, const char *what
     if (!ok) PyErr_Format(PyExc_ValueError, "%s: need %zd items", what, n);
     for (Py_ssize_t i = 0; i < n && ok; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
-        const unsigned long long w = PyLong_AsUnsignedLongLongMask(item);
-        ok = !(w == (unsigned long long)-1 && PyErr_Occurred());
-        out[i] = (int64_t)w;
+        if (kind == SEQ_DOUBLES) {
+            const double x = PyFloat_AsDouble(item);
+            ((double *)out)[i] = x;
+            ok = !(x == -1.0 && PyErr_Occurred());
+        } else {
+            const long long x = kind == SEQ_INT64S
+                                    ? PyLong_AsLongLong(item)
+                                    : (long long)PyLong_AsUnsignedLongLongMask(item);
+            ((int64_t *)out)[i] = (int64_t)x;
+            ok = !(x == -1 && PyErr_Occurred());
+        }
+        if (!ok) { /* the item's error, saying where it is */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            PyErr_Format(type ? type : PyExc_TypeError, "%s: item %zd: %S", what, i,
+                         value ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
     }
     Py_DECREF(fast);
     return ok;
@@ -3284,10 +3276,10 @@ static PyObject *draft_lists(PyObject *self, PyObject *const *args, Py_ssize_t n
     double *temps = row_d, *targets = row_d + rows;
     int64_t *seeds = row_i, *positions = row_i + rows, *tails = row_i + 2 * rows;
     int64_t *tokens = row_i + 3 * rows, *widened = row_i + 4 * rows;
-    if (!seq_doubles(args[6], rows, temps, "draft_lists: temperatures") ||
-        !seq_words(args[7], rows, seeds, "draft_lists: seeds") ||
-        !seq_int64s(args[8], rows, positions, "draft_lists: positions") ||
-        !seq_doubles(args[9], rows, targets, "draft_lists: targets")) {
+    if (!seq_numbers(args[6], rows, SEQ_DOUBLES, temps, "draft_lists: temperatures") ||
+        !seq_numbers(args[7], rows, SEQ_WORDS, seeds, "draft_lists: seeds") ||
+        !seq_numbers(args[8], rows, SEQ_INT64S, positions, "draft_lists: positions") ||
+        !seq_numbers(args[9], rows, SEQ_DOUBLES, targets, "draft_lists: targets")) {
         goto done;
     }
     for (int64_t r = 0; r < rows; r++) {
