@@ -271,7 +271,7 @@ class DraftSampler:
             short = (top.double().cumsum(dim=-1)[:, -1] < masses).nonzero().flatten()
             if len(short):
                 top, ids = self._widened(logits, on_device, log_norms, top, ids, short, masses)
-        return self._draw_rows(keys, top, ids, logits)
+        return self._draw_rows(logits, keys, top, ids)
 
     def _listed(
         self, logits: torch.Tensor, temps: torch.Tensor, log_norms: torch.Tensor, width: int
@@ -333,10 +333,10 @@ class DraftSampler:
 
     def _draw_rows(
         self,
+        logits: torch.Tensor,
         keys: list[RowKey],
         top: torch.Tensor,
         ids: torch.Tensor,
-        logits: torch.Tensor,
     ) -> list[tuple[int, SparseDraw]]:
         """q at the listed tokens top [A', S] (0: not listed) and their ids [A', S] -> (token,
         counts it was drawn from) per row."""
