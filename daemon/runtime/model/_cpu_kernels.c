@@ -2058,7 +2058,7 @@ static int attn_rows_ok(const AttnJob *a)
  * beyond L1 once, not once per query. Within a block a query's scores are taken 8 and 4 keys
  * at a time (running sums of products in registers, reduced together) and its weighted values
  * summed in registers: with AVX-512 for head dims of 64 and 128 (attn_block512), else with
- * 256-bit registers for head dims that are multiples of 64 (attn_block256; other head dims:
+ * 256-bit registers for head dims that are multiples of 8 (attn_block256; other head dims:
  * attn_queries). Verify-shaped (16 sequences x 5 tokens, 4 query heads on 2 KV heads of 64,
  * 400 positions) on a Zen 5 core: 910 us a layer for attn_queries, 280 (AVX-512), 424 (AVX2);
  * at 1,500 positions 4,068, 1,166-1,227 and 2,057. The sums are taken in another order than
@@ -2240,8 +2240,8 @@ __attribute__((target("avx2,fma"))) static inline __m128 sum4_256(__m256 a, __m2
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-/* attn_block512 with 256-bit registers, for D a multiple of 64: q and the sums read from
- * memory (L1), the weighted values summed 64 columns at a time. */
+/* attn_block512 with 256-bit registers, for D a multiple of 8: q and the sums read from
+ * memory (L1), the weighted values summed 64 columns at a time (the rest 8 at a time). */
 __attribute__((target("avx2,fma"))) static void attn_block256(const float *q, const float *keys,
                                                              const float *values, int64_t r0,
                                                              int64_t r1, int64_t D, float scale,
@@ -2283,7 +2283,8 @@ __attribute__((target("avx2,fma"))) static void attn_block256(const float *q, co
     *sum += exp_shifted(sc, n, *m);
     const __m256 f = _mm256_set1_ps(shrink);
     const float *vb = values + r0 * D;
-    for (int64_t col = 0; col < D; col += 64) { /* 64 columns: 8 registers of sums */
+    int64_t col = 0;
+    for (; col + 64 <= D; col += 64) { /* 64 columns: 8 registers of sums */
         __m256 sums[8];
         for (int i = 0; i < 8; i++) {
             sums[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + col + 8 * i), f);
@@ -2296,6 +2297,13 @@ __attribute__((target("avx2,fma"))) static void attn_block256(const float *q, co
             }
         }
         for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + col + 8 * i, sums[i]);
+    }
+    for (; col < D; col += 8) { /* the last columns (D a multiple of 8): 8 at a time */
+        __m256 sums = _mm256_mul_ps(_mm256_loadu_ps(acc + col), f);
+        for (l = 0; l < n; l++) {
+            sums = _mm256_fmadd_ps(_mm256_set1_ps(sc[l]), _mm256_loadu_ps(vb + l * D + col), sums);
+        }
+        _mm256_storeu_ps(acc + col, sums);
     }
 }
 
@@ -2375,7 +2383,7 @@ static int attention_core(const AttnJob *a)
     attn_write(a);
     if ((a->D == 64 || a->D == 128) && rows_avx512()) {
         attn_blocked(a, scratch, a->D == 64 ? attn_block512_d64 : attn_block512_d128);
-    } else if (a->D % 64 == 0) {
+    } else if (a->D % 8 == 0) {
         attn_blocked(a, scratch, attn_block256);
     } else {
         attn_queries(a, scratch, scratch + a->max_len);
