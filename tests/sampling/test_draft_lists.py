@@ -167,3 +167,13 @@ def test_seeds_of_any_size_are_taken_modulo_2_64(monkeypatch: pytest.MonkeyPatch
            for r, k in enumerate(keys)]  # fmt: skip
     got, want, _, _ = _sample_both({"sparse_top_k": 8, "max_listed": 512}, logits, big, monkeypatch)
     _assert_same(got, want)
+
+
+def test_a_bad_list_is_a_clear_error() -> None:
+    logits = _rows(4096, 4, seed=3)[0][:2]
+    with pytest.raises(ValueError, match="temperatures: need 2 items"):
+        draft_lists(logits, [0.7], [1, 2], [1, 2], [0.0, 0.0], 32, 64)
+    with pytest.raises(TypeError, match="seeds: item 1: "):
+        draft_lists(logits, [0.7, 0.7], [1, None], [1, 2], [0.0, 0.0], 32, 64)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="targets: item 0: "):
+        draft_lists(logits, [0.7, 0.7], [1, 2], [1, 2], ["x", 0.0], 32, 64)  # type: ignore[list-item]
