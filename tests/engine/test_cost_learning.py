@@ -11,7 +11,8 @@ from tests.engine.helpers import make_engine
 def test_draft_cost_is_learned_from_steady_rounds_and_catch_ups_apart(
     target_dir: Path, draft_dir: Path, prompts: list[list[int]]
 ) -> None:
-    """The engine's first drafting round pays one-time costs: not learned. After plain rounds
+    """The engine's first drafting round pays one-time costs: not learned (but noted, as what
+    feeding the drafter costs until a catch-up is learned). After plain rounds
     the drafter first feeds what they committed: that round costs more than drafting does, so
     the cost model learns it as drafting's price only where it costs less than the model's
     price (an upper bound that corrects an over-estimate), and as a catch-up always."""
@@ -34,6 +35,9 @@ def test_draft_cost_is_learned_from_steady_rounds_and_catch_ups_apart(
 
     engine.step()  # admits (the drafter is prefilled with the prompts) and drafts: the first
     assert learned() == 0
+    # ... which prices catch-ups until one is learned: it fed the prompts
+    assert costs.first_catch_up is not None
+    assert costs.first_catch_up[:2] == (2, max(len(p) for p in prompts[:2]))
     engine.step()
     engine.step()
     assert learned() == 2

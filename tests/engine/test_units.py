@@ -8,6 +8,7 @@ import torch
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs, expected_tokens
 from daemon.runtime.engine.controller import (
+    EXPLORE_EVERY,
     MAX_EXPLORE_EVERY,
     MIN_COST_SAMPLES,
     PROBE_EVERY,
@@ -210,6 +211,50 @@ def test_a_catch_up_of_a_token_or_two_is_not_learned() -> None:
     costs.record_catch_up(16, 1, MIN_CATCH_UP_BEHIND, 0.0045)
     intercept, per_token = costs.catch_up_line(16)
     assert intercept == 0.0 and abs(per_token - 0.003 / MIN_CATCH_UP_BEHIND) < 1e-12
+
+
+def test_the_first_drafting_round_prices_catch_ups_until_one_is_learned() -> None:
+    """The engine's first drafting round is not learned (one-time costs), so a fresh engine
+    whose only batch started drafting at once had no catch-up price, and the next batch's
+    prompts were free to feed. That round's time per token fed stands in until a catch-up is
+    learned (scaled by rows: feeding is a prefill), but not for the exploration interval: an
+    exploratory round is what learns the real price."""
+    costs = CostModel()
+    costs.record_first_catch_up(16, MIN_CATCH_UP_BEHIND - 1, 0.5)  # fed nothing to speak of
+    assert costs.first_catch_up is None
+    costs.record_first_catch_up(16, 200, 0.032)
+    costs.record_first_catch_up(16, 100, 5.0)  # only the engine's first counts
+    assert costs.catch_up_line(16) == (0.0, 0.032 / 200)
+    assert costs.catch_up_line(4) == (0.0, 0.032 / 200 / 4)
+    assert costs.catch_up_line(16, learned_only=True) == (0.0, 0.0)
+    costs.record_draft(16, 1, 0.002)
+    for behind in (8, 16, 8, 16):
+        costs.record_catch_up(16, 1, behind, 0.002 + 0.001 + 0.0001 * behind)
+    intercept, per_token = costs.catch_up_line(16)
+    assert abs(intercept - 0.001) < 1e-9 and abs(per_token - 0.0001) < 1e-9
+    assert costs.catch_up_line(16, learned_only=True) == (intercept, per_token)
+
+
+def test_a_batch_that_would_pay_its_prompts_to_gain_little_stays_plain() -> None:
+    """The demo pair at 16 sequences of 64 tokens (CPU): a K = 1 round 5% ahead of plain
+    decoding, and the drafter 218 tokens behind on every row (their prompts). Priced from
+    the first drafting round (~27 ms to feed 16 prompts, 8 plain rounds), starting is not
+    worth it for the 768 tokens left; with nothing learned or stood in, feeding was free."""
+    ctl = _costed(0.0015, {1: 0.019, 2: 0.0347}, batch=16)
+    ests = [_trained(ctl, 6) for _ in range(16)]  # position 1 always accepted
+
+    def choice() -> list[int]:
+        ctl._plain_batch = ctl._kept_batch = None
+        return ctl.choose(ests, [1] * 16, behind=[218] * 16, left=[48] * 16)
+
+    assert choice() == [1] * 16
+    ctl.costs.record_first_catch_up(16, 218, 0.027)
+    assert choice() == [0] * 16
+    # a first round dearer by one-time costs (0.46 ms a token fed, where the budget of a
+    # plain round's exploring is 0.38) does not put exploring off: exploring learns the price
+    ctl.costs.first_catch_up = (16, 218, 0.1)
+    assert choice() == [0] * 16
+    assert ctl._explore_every == EXPLORE_EVERY
 
 
 def _switching(left: int, behind: int) -> list[int]:

@@ -433,7 +433,10 @@ class SpeculationController:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         self._last_choice = (tokens, best_rate, costs)
-        catch_up = self.costs.catch_up_line(batch)
+        # learned catch-ups only: an exploratory round is what learns one where the engine's
+        # first round stands in for it, and that round's one-time costs (on an H200, 134 ms
+        # for 7 steps that later took ~1.3 ms each) would put exploring off for good
+        catch_up = self.costs.catch_up_line(batch, learned_only=True)
         self._explore_every = _exploration_interval(tokens, costs, batch, catch_up)
         return best_k
 

@@ -18,7 +18,8 @@
   A round that first fed the drafter the tokens of rounds without drafts (a catch-up) is
   left out of that line (engine.py says why); what it cost beyond the line's price is
   learned apart, as e_B + f_B * (tokens behind per row): what an exploratory round from
-  plain decoding pays for the plain rounds before it (controller.py).
+  plain decoding pays for the plain rounds before it (controller.py). Until a catch-up is
+  learned, the engine's first drafting round stands in for it (record_first_catch_up).
 - overhead(B, k) = c_B + d_B * k: the time per round outside the forward passes (scheduling,
   sampling, bookkeeping), a line through the median of each k's recent rounds. Its fixed
   part favours longer rounds; leaving it out makes short rounds look cheaper than they are.
@@ -107,6 +108,9 @@ class CostModel:
     # batch size -> recent (tokens behind, seconds) of drafting rounds that first fed the
     # drafter what rounds without drafts committed, beyond the steady price of their drafting
     catch_up_samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    # (batch size, tokens behind, seconds) of the engine's first drafting round, where its rows
+    # fed the drafter what they were behind first: the catch-up price until one is learned
+    first_catch_up: tuple[int, int, float] | None = None
     # batch size -> T -> the median its samples had when a pass after STALE_PASSES replaced them
     verify_replaced: dict[int, dict[int, float]] = field(default_factory=dict)
     # What the controller reads every round, kept until a sample it was made from changes: a
@@ -165,6 +169,21 @@ class CostModel:
             samples = self.catch_up_samples.setdefault(batch_size, deque(maxlen=NUM_RECENT_DRAFT))
             samples.append((behind, extra))
             self._catch_up_lines.pop(batch_size, None)
+
+    def record_first_catch_up(self, batch_size: int, behind: int, seconds: float) -> None:
+        """The engine's first drafting round (the most tokens a row fed first: `behind`), which
+        the lines do not learn from: it pays one-time costs (engine.py). Its time is an upper
+        bound on what feeding those tokens costs, and catch_up_line prices catch-ups from it
+        until one is learned. Priced at nothing instead, a new batch's prompts were free to
+        feed: with the demo pair at 16 sequences of 64 tokens, a fresh engine's only batch
+        (a bench's warm-up) left the line unlearned, adaptive started drafting for the next
+        batch for a predicted gain of 4% a round, and paid ~20 ms feeding the drafter 16
+        prompts of 218 tokens (8 plain rounds; 0.79-0.89x target-only). Too high a price is
+        corrected by the first catch-up learned (an exploratory round's, whose interval does
+        not use this price: controller.py)."""
+        if behind >= MIN_CATCH_UP_BEHIND and self.first_catch_up is None:
+            self.first_catch_up = (batch_size, behind, seconds)
+            self._catch_up_lines.clear()
 
     def record_verify(self, batch_size: int, tokens_per_seq: int, seconds: float) -> None:
         per_len = self.verify_samples.setdefault(batch_size, {})
@@ -267,12 +286,18 @@ class CostModel:
             return 0.0
         return max(0.0, line[0] + line[1] * num_steps)
 
-    def catch_up_line(self, batch_size: int) -> tuple[float, float]:
+    def catch_up_line(self, batch_size: int, learned_only: bool = False) -> tuple[float, float]:
         """(intercept, slope per token behind) of what a drafting round pays beyond its steady
-        price for feeding the drafter first (the nearest measured batch size's; (0, 0) before
-        any catch-up was measured)."""
+        price for feeding the drafter first (the nearest measured batch size's). Before any
+        catch-up was learned, unless `learned_only`: the engine's first drafting round's time
+        per token a row fed, scaled to this batch size's rows (record_first_catch_up; feeding
+        is a prefill, whose cost follows the tokens it takes); else (0, 0)."""
         if not self.catch_up_samples:
-            return 0.0, 0.0
+            first = self.first_catch_up
+            if first is None or learned_only:
+                return 0.0, 0.0
+            rows, behind, seconds = first
+            return 0.0, seconds / behind * batch_size / rows
         if batch_size not in self.catch_up_samples:
             batch_size = _nearest_key(self.catch_up_samples, batch_size)
         line = self._catch_up_lines.get(batch_size)

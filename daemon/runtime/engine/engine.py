@@ -374,6 +374,7 @@ class SpecEngine:
         self._drafted = True
         costs = self.controller.costs
         if first:
+            costs.record_first_catch_up(batch, behind, seconds)
             return
         if behind:
             costs.record_catch_up(batch, k, behind, seconds)
