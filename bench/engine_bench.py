@@ -108,15 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     concurrencies = args.concurrency
     try:
-        bench = SpecBench(
-            args.target, args.draft, args.dtype, max(concurrencies), num_engines=3
-        )
+        bench = SpecBench(args.target, args.draft, args.dtype, max(concurrencies), num_engines=3)
     except SpecError as exc:
         parser.error(str(exc))
     prompts = tokenize(bench.tokenizer, load_prompt_texts(args.prompts)[: args.num_prompts])
-    results = run_engine_bench(
-        bench, prompts, args.max_tokens, concurrencies, args.k, args.repeats
-    )
+    results = run_engine_bench(bench, prompts, args.max_tokens, concurrencies, args.k, args.repeats)
     console = make_console()
     console.print(results_table(results, f"specctl engine: {args.target.name} + {args.draft.name}"))
     console.print(f"greedy outputs identical across modes: {outputs_identical(results)}")
