@@ -18,6 +18,7 @@ from daemon.runtime.engine.controller import (
 from daemon.runtime.engine.cost_model import (
     DRAFT_MAX_AGE,
     MIN_CATCH_UP_BEHIND,
+    SETTLING_SAMPLES,
     STALE_PASSES,
     CostModel,
 )
@@ -808,6 +809,93 @@ def test_a_length_measured_once_and_slow_is_measured_again() -> None:
     assert chosen[0] == 3  # on the slow pass's price
     assert 4 in chosen[: PROBE_EVERY * 2]  # a probe measures it again
     assert chosen[-32:].count(4) >= 28  # and k = 4 wins, but for probes
+
+
+def _priced_out_by_one_pass(five_tokens_s: list[float]) -> tuple[list[int], list[int]]:
+    """Batch 1 (the demo pair on the CPU): plain passes 0.55 ms, drafting 0.12 ms a step,
+    every draft accepted; one pass of 5 tokens measured at 4.4 ms (a slow moment), the next
+    ones at `five_tokens_s`. The choices of the first rounds, and of 40 rounds after them."""
+    ctl = _costed(0.00012, {1: 0.00055}, batch=1)
+    ctl.costs.record_verify(1, 5, 0.0044)
+    est = _trained(ctl, 8)
+    first = []
+    for seconds in five_tokens_s:
+        (k,) = ctl.choose([est], [4])
+        first.append(k)
+        if k:
+            ctl.costs.record_verify(1, k + 1, seconds)
+            ctl.observe(est, k, k)
+        else:
+            ctl.costs.record_verify(1, 1, 0.00055)
+    later = []
+    for _ in range(40):
+        (k,) = ctl.choose([est], [4])
+        later.append(k)
+        ctl.costs.record_verify(1, k + 1, 0.00055 if k == 0 else five_tokens_s[-1])
+    return first, later
+
+
+def test_plain_decoding_chosen_on_one_slow_pass_is_checked_again() -> None:
+    """Priced from one slow pass, drafting 4 costs 8x a plain round and plain decoding wins;
+    from plain decoding nothing measured a length again but exploratory rounds at K = 1,
+    which a catch-up's price put MAX_EXPLORE_EVERY rounds apart (adaptive decoded plain for
+    a whole bench, 0.98x target-only where k = 4 made 1.29x). Such a length is measured again
+    (its price is kept between rounds no longer than its first passes: cost_model.py), and
+    wins at its true price."""
+    first, later = _priced_out_by_one_pass([0.0006, 0.0006])
+    assert first == [4, 4]  # rechecks, not plain decoding
+    assert later.count(4) == len(later)
+
+
+def test_a_recheck_waits_for_plain_decodings_price_not_for_an_exploration() -> None:
+    """A recheck needs plain decoding's price trusted (MIN_COST_SAMPLES passes); a plain
+    choice made before that is not kept (it would be until the next exploratory round, 16
+    rounds on), so the recheck comes as soon as plain rounds have measured it."""
+    ctl = _costed(0.00012, {}, batch=1)
+    ctl.costs.record_verify(1, 5, 0.0044)
+    ctl.costs.record_verify(1, 1, 0.00055)
+    est = _trained(ctl, 8)
+    chosen = []
+    for _ in range(8):
+        (k,) = ctl.choose([est], [4])
+        chosen.append(k)
+        ctl.costs.record_verify(1, k + 1, 0.00055 if k == 0 else 0.0006)
+        ctl.observe(est, k, k)
+    assert chosen[:2] == [0, 0] and 4 in chosen[2:4]
+
+
+def test_a_recheck_is_priced_from_the_trusted_lengths_not_its_floor() -> None:
+    """16 sequences, every draft accepted; plain passes 2.4 ms and passes of 5 tokens 7.7,
+    trusted; passes of 4 measured twice at 6.4; feeding the drafter the rows' prompts first
+    costs 50 us per token the batch has left. Plain decoding wins, and the length measured
+    twice is not rechecked: priced from the trusted lengths it still loses, where at its
+    floor (a pass of 1 token's price) it would have won, and the recheck would have paid
+    the prompts' feeding for nothing (27 ms at 16 sequences on the CPU)."""
+    ctl = _costed(0.0004, {1: 0.0024, 5: 0.0077}, batch=16)
+    for _ in range(2):
+        ctl.costs.record_verify(16, 4, 0.0064)
+    ctl.costs.record_first_catch_up(16, 200, 0.04)
+    ests = [_trained(ctl, 8) for _ in range(16)]
+    assert ctl.choose(ests, [4] * 16, behind=[200] * 16, left=[50] * 16) == [0] * 16
+
+
+def test_a_length_slow_at_every_recheck_is_left_alone() -> None:
+    """Where the slow pass was the truth, the rechecks confirm it: plain decoding, for good
+    (each length is rechecked at most MIN_COST_SAMPLES - 1 times)."""
+    first, later = _priced_out_by_one_pass([0.0044, 0.0044, 0.0044])
+    assert first == [4, 4, 0]
+    assert later.count(0) >= len(later) - 3  # the K = 1 explorations aside
+
+
+def test_a_lengths_first_passes_move_its_kept_price() -> None:
+    """The controller keeps round prices for a few rounds' records (_round_costs), until a new
+    shape: a length's first passes are one (each moves its median a lot), later ones not."""
+    costs = CostModel()
+    before = costs.new_shape_records
+    for i in range(SETTLING_SAMPLES + 2):
+        costs.record_verify(2, 3, 0.001)
+        added = costs.new_shape_records - before
+        assert added == min(i + 1, SETTLING_SAMPLES)
 
 
 def test_a_dearer_re_measure_is_trusted_only_once_confirmed() -> None:

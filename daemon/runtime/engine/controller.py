@@ -34,6 +34,14 @@ Without that bound the cost probes measured every length up to the ceiling, thre
 batch size: on the wide target at 16 sequences a pass of 7 tokens costs 5.6x a pass of 1,
 and a probe there loses about three plain rounds' worth of tokens for a length that could
 never pay.
+Plain decoding chosen on the price of a length measured fewer than MIN_COST_SAMPLES times
+is checked the same way, at once: that length runs again where it would win at its floor
+(_recheck_length). From plain decoding nothing else measures a length but the exploratory
+rounds at K = 1 (below), and at batch 1 on a CPU a catch-up's price puts those
+MAX_EXPLORE_EVERY rounds apart: one slow pass (torch's two threads on two cores: the pass
+after a prefill now and then takes 3-4 ms where the next takes 0.6) priced drafting 4 at 8x
+a plain round, and adaptive decoded plain for a whole bench, 0.98x target-only where fixed
+k = 4 made 1.29x.
 An acceptance probe (K + 1) runs only where its outcome could change the choice: where K + 1
 would beat K were its new position always accepted and its round priced at its floor. Where a
 pass of K + 2 tokens costs much more than one of K + 1 (a CPU's batch-16 pass is
@@ -99,7 +107,7 @@ import time
 from dataclasses import dataclass, field
 
 from daemon.runtime.engine.acceptance import AcceptanceEstimate, accept_probs
-from daemon.runtime.engine.cost_model import STALE_PASSES, CostModel
+from daemon.runtime.engine.cost_model import SETTLING_SAMPLES, STALE_PASSES, CostModel
 
 PRIOR_WEIGHT = 8.0  # pseudo-observations of the engine-wide estimate in a sequence's estimate
 GLOBAL_PRIOR_WEIGHT = 1.0  # pseudo-observations of INITIAL_ALPHA in the engine-wide estimate
@@ -113,7 +121,7 @@ MAX_EXPLORE_EVERY = 512  # ... but never more rounds than this apart (a loss mis
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
 KEEP_CHOICE_ROUNDS = 8  # rounds of the same batch a speculative choice is made for at most
 KEEP_CHOICE_SHARE = 0.01  # ... where making it took this share of its round's price or more
-MIN_COST_SAMPLES = 3  # verify passes of a length, per batch size, before its cost is trusted
+MIN_COST_SAMPLES = SETTLING_SAMPLES  # passes of a length, per batch size, to trust its cost
 STALE_SLACK = 0.15  # an out-of-date length is measured again if this much cheaper would win
 SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
 PRICE_LAG_RECORDS = 16  # cost samples (five rounds' or more) a kept round price may lag behind
@@ -202,8 +210,16 @@ class SpeculationController:
         caps = [min(limit, _useful_len(p)) for p, limit in zip(probs, limits, strict=True)]
         switch = self._switch_price(len(estimates), behind, left)
         best_k = self._best_k(probs, caps, switch)
+        if best_k == 0 and (recheck := self._recheck_length(len(estimates), caps, switch)):
+            return [min(recheck, cap) for cap in caps]
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
-        if k == 0 and best_k == 0 and self._last_choice is not None:  # not a probe of plain
+        if (  # not a probe of plain, nor a choice a recheck may overturn once plain's price
+            # is trusted (_recheck_length)
+            k == 0
+            and best_k == 0
+            and self._last_choice is not None
+            and self.costs.is_trusted(len(estimates), 1, MIN_COST_SAMPLES)
+        ):
             self._plain_batch = list(estimates)
             self._plain_flip_cost = self._flip_cost(len(estimates), switch)
         if k > best_k:  # a probe: past where the estimates stop drafting too (else it never
@@ -357,6 +373,39 @@ class SpeculationController:
             return None
         self._stale_probed[batch] = passes
         return max(stale, key=lambda k: (self.costs.passes_since(batch, k + 1) or 0, -k))
+
+    def _recheck_length(self, batch: int, caps: list[int], switch: float) -> int | None:
+        """Where plain decoding was just chosen: a k whose verify length at this batch size
+        was measured, but fewer than MIN_COST_SAMPLES times, that would beat the choice were
+        its pass to cost what the lengths measured that often say (trusted_round_costs; the
+        switch price paid as _best_k pays it), the most promising; None where there is none,
+        or where plain decoding's own price is not trusted yet.
+        One slow pass must not price a length out for good: with the demo pair at batch 1 on
+        the CPU (torch's two threads on two cores), the pass after a prefill now and then
+        takes 3-4 ms where the next takes 0.6. Where that pass was the first of 5 tokens,
+        drafting 4 was priced at 8x a plain round; plain decoding won, and from it nothing
+        measures a length again but the exploratory rounds at K = 1, which a catch-up's price
+        there puts MAX_EXPLORE_EVERY rounds apart: adaptive decoded plain for the whole bench
+        (0.98x target-only where k = 4 made 1.29x). A recheck adds a sample to its length, so
+        each length is rechecked at most MIN_COST_SAMPLES - 1 times before its price is
+        trusted, for better or worse. Priced at its floor (round_cost_floors) instead, a
+        length is rechecked too hopefully: at 16 sequences (the demo pair, CPU) a pass of 4
+        tokens measured twice, between a trusted 1 (2.4 ms) and 5 (7.7), was rechecked at
+        2.4, and the recheck fed the drafter 16 new prompts first (27 ms, 11 plain rounds)."""
+        if self._last_choice is None or not self.costs.is_trusted(batch, 1, MIN_COST_SAMPLES):
+            return None
+        tokens, best_rate, _ = self._last_choice
+        max_k = min(max(caps, default=0), len(tokens) - 1)
+        costs = self.costs.trusted_round_costs(batch, max_k, MIN_COST_SAMPLES)
+        assert costs is not None  # plain decoding's price is trusted
+        best, best_trusted_rate = None, best_rate
+        for k in range(1, max_k + 1):
+            if not 0 < self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES:
+                continue
+            rate = tokens[k] / max(costs[k] + switch * tokens[k], 1e-9)
+            if rate > best_trusted_rate:
+                best, best_trusted_rate = k, rate
+        return best
 
     def _deeper_could_win(self, k: int, batch: int) -> bool:
         """Whether drafting k, one past the choice, could beat it were the new position always

@@ -80,6 +80,7 @@ NUM_SPEED_RATIOS = 9  # recent passes whose ratio to their own median gives the 
 MIN_SPEED_REFERENCE = 3  # samples a (batch size, length) needs before its passes give a ratio
 REMEASURED_SLACK = 0.15  # a re-measure this much dearer than before is confirmed (is_trusted)
 MIN_CATCH_UP_BEHIND = 4  # tokens behind a catch-up must feed to be learned (record_catch_up)
+SETTLING_SAMPLES = 3  # a length's first passes at a batch size: each moves its price a lot
 
 
 def _median(samples: Iterable[float]) -> float:
@@ -191,6 +192,9 @@ class CostModel:
         if tokens_per_seq not in per_len:
             self.new_shape_records += 1
         samples = per_len.setdefault(tokens_per_seq, deque(maxlen=NUM_RECENT))
+        if 0 < len(samples) < SETTLING_SAMPLES:  # one of its first: a price kept from before
+            # it (controller.py) may be far off, as one slow pass priced a length at 4x
+            self.new_shape_records += 1
         since = self.passes_since(batch_size, tokens_per_seq)
         replaced = self.verify_replaced.setdefault(batch_size, {})
         if since is not None and since > STALE_PASSES:  # another spell's: this pass replaces them
@@ -391,6 +395,24 @@ class CostModel:
             return least
 
         return self._round_costs(batch_size, max_k, floor)
+
+    def trusted_round_costs(
+        self, batch_size: int, max_k: int, min_samples: int
+    ) -> list[float] | None:
+        """[max_k + 1] round costs with every verify length priced from the lengths measured
+        at least `min_samples` times at this batch size alone (is_trusted; interpolated
+        between them, extended past them along the nearest segment, flat where one is), or
+        None where none is: what a length measured fewer times should cost, were its few
+        passes a slow moment's."""
+        per_len = self.verify_samples.get(batch_size, {})
+        lengths = sorted(t for t in per_len if self.is_trusted(batch_size, t, min_samples))
+        if not lengths:
+            return None
+        speed = self.speed
+        medians = [self._verify_median(batch_size, t) * speed for t in lengths]
+        counts = [len(per_len[t]) for t in lengths]
+        trusted = dict(zip(lengths, _monotone(medians, counts), strict=True))
+        return self._round_costs(batch_size, max_k, lambda t: _interpolate(trusted, t))
 
     def _round_costs(
         self, batch_size: int, max_k: int, verify: Callable[[int], float]
