@@ -196,7 +196,8 @@ def test_cost_model_learns_a_catch_up_beyond_the_steady_drafting_price() -> None
         costs.record_catch_up(32, 1, behind, 0.005 + 0.002 + 0.001 * behind)
     intercept, per_token = costs.catch_up_line(32)
     assert abs(intercept - 0.002) < 1e-9 and abs(per_token - 0.001) < 1e-9
-    assert costs.catch_up_line(16) == (intercept, per_token)  # the nearest batch size's
+    # the nearest batch size's, its price per token behind scaled to the rows that feed
+    assert costs.catch_up_line(16) == (intercept, per_token * 16 / 32)
     assert costs.draft_cost(32, 1) == 0.005  # the steady price is not moved by catch-ups
 
 
@@ -877,6 +878,43 @@ def test_a_recheck_is_priced_from_the_trusted_lengths_not_its_floor() -> None:
     ctl.costs.record_first_catch_up(16, 200, 0.04)
     ests = [_trained(ctl, 8) for _ in range(16)]
     assert ctl.choose(ests, [4] * 16, behind=[200] * 16, left=[50] * 16) == [0] * 16
+
+
+def test_a_recheck_whose_round_drafted_less_is_not_made_again() -> None:
+    """A recheck asks for k drafts, but a proposer may draft fewer (an n-gram's miss, a
+    drafter out of room): its length then gets no sample. Made again while its count stays
+    the same, it was made every round, and plain decoding never explored."""
+    ctl = _costed(0.00012, {1: 0.00055}, batch=1)
+    ctl.costs.record_verify(1, 5, 0.0044)
+    est = _trained(ctl, 8)
+    chosen = []
+    for _ in range(20):
+        (k,) = ctl.choose([est], [4])
+        chosen.append(k)
+        ctl.costs.record_verify(1, 1, 0.00055)  # nothing drafted: a plain pass
+    assert chosen.count(4) == 1
+
+
+def test_a_recheck_borrows_the_curve_of_a_batch_size_that_has_one() -> None:
+    """At 16 sequences (every draft accepted) only plain decoding is trusted (2.4 ms), and a
+    pass of 8 tokens was measured once, at 17 ms. Alone, that price could be true (it is
+    below 8 plain passes), so it is not rechecked; where 8 sequences' trusted curve says a
+    pass of 8 costs 1.3x one (weight-bound), it is; where it says 6.9x, not."""
+
+    def choice(ratio_at_8: float | None) -> list[int]:
+        ctl = _costed(0.0004, {1: 0.0024}, batch=16)
+        ctl.costs.record_verify(16, 8, 0.017)
+        if ratio_at_8 is not None:
+            for length in range(1, 9):
+                for _ in range(MIN_COST_SAMPLES):
+                    seconds = 0.0012 * (1.0 + (length - 1) * (ratio_at_8 - 1.0) / 7)
+                    ctl.costs.record_verify(8, length, seconds)
+        ests = [_trained(ctl, 8) for _ in range(16)]
+        return ctl.choose(ests, [7] * 16)
+
+    assert choice(None) == [0] * 16
+    assert choice(1.3) == [7] * 16
+    assert choice(6.9) == [0] * 16
 
 
 def test_a_length_slow_at_every_recheck_is_left_alone() -> None:

@@ -35,10 +35,10 @@ batch size: on the wide target at 16 sequences a pass of 7 tokens costs 5.6x a p
 and a probe there loses about three plain rounds' worth of tokens for a length that could
 never pay.
 Plain decoding chosen on the price of a length measured fewer than MIN_COST_SAMPLES times
-is checked the same way, at once: that length runs again where it would win at its floor
-(_recheck_length). From plain decoding nothing else measures a length but the exploratory
-rounds at K = 1 (below), and at batch 1 on a CPU a catch-up's price puts those
-MAX_EXPLORE_EVERY rounds apart: one slow pass (torch's two threads on two cores: the pass
+is checked too, at once: that length runs again where it would win priced from the lengths
+measured that often (_recheck_length). From plain decoding nothing else measures a length
+but the exploratory rounds at K = 1 (below), and at batch 1 on a CPU a catch-up's price puts
+those MAX_EXPLORE_EVERY rounds apart: one slow pass (torch's two threads on two cores: the pass
 after a prefill now and then takes 3-4 ms where the next takes 0.6) priced drafting 4 at 8x
 a plain round, and adaptive decoded plain for a whole bench, 0.98x target-only where fixed
 k = 4 made 1.29x.
@@ -164,6 +164,8 @@ class SpeculationController:
     _plain_flip_cost: float = 0.0
     # batch size -> the verify pass count at its latest probe of an out-of-date length
     _stale_probed: dict[int, int] = field(default_factory=dict)
+    # (batch size, verify length, its sample count then) of every recheck (_recheck_length)
+    _rechecked: set[tuple[int, int, int]] = field(default_factory=set)
     # the batch for which a speculative K was last chosen (not a probe), K, each sequence's
     # cap then, and the rounds since: the same batch keeps that choice for up to
     # KEEP_CHOICE_ROUNDS rounds without making it again (_keeps_speculating)
@@ -211,6 +213,7 @@ class SpeculationController:
         switch = self._switch_price(len(estimates), behind, left)
         best_k = self._best_k(probs, caps, switch)
         if best_k == 0 and (recheck := self._recheck_length(len(estimates), caps, switch)):
+            self._rounds_without_spec = 0  # it drafts: an exploration's work, and more
             return [min(recheck, cap) for cap in caps]
         k = self._explore(best_k, max(limits, default=0), len(estimates), max(caps, default=0))
         if (  # not a probe of plain, nor a choice a recheck may overturn once plain's price
@@ -376,36 +379,59 @@ class SpeculationController:
 
     def _recheck_length(self, batch: int, caps: list[int], switch: float) -> int | None:
         """Where plain decoding was just chosen: a k whose verify length at this batch size
-        was measured, but fewer than MIN_COST_SAMPLES times, that would beat the choice were
-        its pass to cost what the lengths measured that often say (trusted_round_costs; the
-        switch price paid as _best_k pays it), the most promising; None where there is none,
-        or where plain decoding's own price is not trusted yet.
+        was measured, but not enough to be trusted (is_trusted: MIN_COST_SAMPLES passes),
+        that would beat the choice were its pass to cost what the trusted lengths say
+        (trusted_round_costs; the switch price paid as _best_k pays it), the most promising;
+        None where there is none, or where plain decoding's own price is not trusted yet.
         One slow pass must not price a length out for good: with the demo pair at batch 1 on
         the CPU (torch's two threads on two cores), the pass after a prefill now and then
         takes 3-4 ms where the next takes 0.6. Where that pass was the first of 5 tokens,
         drafting 4 was priced at 8x a plain round; plain decoding won, and from it nothing
         measures a length again but the exploratory rounds at K = 1, which a catch-up's price
         there puts MAX_EXPLORE_EVERY rounds apart: adaptive decoded plain for the whole bench
-        (0.98x target-only where k = 4 made 1.29x). A recheck adds a sample to its length, so
-        each length is rechecked at most MIN_COST_SAMPLES - 1 times before its price is
-        trusted, for better or worse. Priced at its floor (round_cost_floors) instead, a
-        length is rechecked too hopefully: at 16 sequences (the demo pair, CPU) a pass of 4
-        tokens measured twice, between a trusted 1 (2.4 ms) and 5 (7.7), was rechecked at
-        2.4, and the recheck fed the drafter 16 new prompts first (27 ms, 11 plain rounds)."""
+        (0.98x target-only where k = 4 made 1.29x). A length is rechecked once per sample
+        count it has (so at most MIN_COST_SAMPLES - 1 times, and not again where its round
+        drafted less than asked: a proposer may, an n-gram's miss, a drafter out of room)
+        before its price is trusted, for better or worse. Priced at its floor
+        (round_cost_floors) instead, a length is rechecked too hopefully: at 16 sequences
+        (the demo pair, CPU) a pass of 4 tokens measured twice, between a trusted 1 (2.4 ms)
+        and 5 (7.7), was rechecked at 2.4, and the recheck fed the drafter 16 new prompts
+        first (27 ms, 11 plain rounds). Where plain decoding is the only length trusted and
+        no batch size lends a curve, its floor is all there is: then only a length with a
+        pass that cannot be true is rechecked, a pass of T tokens dearer than T plain passes
+        (a fresh engine's first round at 16 sequences measured 8 tokens once, at 6.9x one
+        token and truly so, and two rechecks there lost ~11 plain rounds)."""
         if self._last_choice is None or not self.costs.is_trusted(batch, 1, MIN_COST_SAMPLES):
             return None
         tokens, best_rate, _ = self._last_choice
         max_k = min(max(caps, default=0), len(tokens) - 1)
+        candidates = [
+            (k, count)
+            for k in range(1, max_k + 1)
+            if (count := self.costs.verify_count(batch, k + 1)) > 0
+            and (batch, k + 1, count) not in self._rechecked
+            and not self.costs.is_trusted(batch, k + 1, MIN_COST_SAMPLES)
+        ]
+        if not candidates:
+            return None
         costs = self.costs.trusted_round_costs(batch, max_k, MIN_COST_SAMPLES)
-        assert costs is not None  # plain decoding's price is trusted
+        if costs is None:  # plain decoding alone trusted, and no curve to borrow
+            plain = self.costs.verify_cost(batch, 1) or 0.0
+            candidates = [
+                (k, count)
+                for k, count in candidates
+                if (self.costs.slowest_pass(batch, k + 1) or 0.0) > (k + 1) * plain
+            ]
+            costs = self.costs.round_cost_floors(batch, max_k, MIN_COST_SAMPLES)
         best, best_trusted_rate = None, best_rate
-        for k in range(1, max_k + 1):
-            if not 0 < self.costs.verify_count(batch, k + 1) < MIN_COST_SAMPLES:
-                continue
+        for k, count in candidates:
             rate = tokens[k] / max(costs[k] + switch * tokens[k], 1e-9)
             if rate > best_trusted_rate:
-                best, best_trusted_rate = k, rate
-        return best
+                best, best_trusted_rate = (k, count), rate
+        if best is None:
+            return None
+        self._rechecked.add((batch, best[0] + 1, best[1]))
+        return best[0]
 
     def _deeper_could_win(self, k: int, batch: int) -> bool:
         """Whether drafting k, one past the choice, could beat it were the new position always

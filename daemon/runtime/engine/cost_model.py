@@ -251,6 +251,12 @@ class CostModel:
         """Recent passes measured at this batch size and length (at most NUM_RECENT)."""
         return len(self.verify_samples.get(batch_size, {}).get(tokens_per_seq, ()))
 
+    def slowest_pass(self, batch_size: int, tokens_per_seq: int) -> float | None:
+        """Seconds of the slowest recent pass of this length at this batch size, at the
+        machine's current speed (None: never measured)."""
+        samples = self.verify_samples.get(batch_size, {}).get(tokens_per_seq)
+        return max(samples) * self.speed if samples else None
+
     def passes_since(self, batch_size: int, tokens_per_seq: int) -> int | None:
         """Verify passes at this batch size since this length's newest one (0: the last pass
         was of it), or None where it was never measured at this batch size."""
@@ -292,7 +298,8 @@ class CostModel:
 
     def catch_up_line(self, batch_size: int, learned_only: bool = False) -> tuple[float, float]:
         """(intercept, slope per token behind) of what a drafting round pays beyond its steady
-        price for feeding the drafter first (the nearest measured batch size's). Before any
+        price for feeding the drafter first (the nearest measured batch size's, its slope
+        scaled to this batch size's rows: feeding is a prefill of every row's tokens). Before any
         catch-up was learned, unless `learned_only`: the engine's first drafting round's time
         per token a row fed, scaled to this batch size's rows (record_first_catch_up; feeding
         is a prefill, whose cost follows the tokens it takes); else (0, 0)."""
@@ -302,13 +309,16 @@ class CostModel:
                 return 0.0, 0.0
             rows, behind, seconds = first
             return 0.0, seconds / behind * batch_size / rows
+        nearest = batch_size
         if batch_size not in self.catch_up_samples:
-            batch_size = _nearest_key(self.catch_up_samples, batch_size)
-        line = self._catch_up_lines.get(batch_size)
+            nearest = _nearest_key(self.catch_up_samples, batch_size)
+        line = self._catch_up_lines.get(nearest)
         if line is None:
-            line = _fit_line(self.catch_up_samples[batch_size])
-            self._catch_up_lines[batch_size] = line
-        return line
+            line = _fit_line(self.catch_up_samples[nearest])
+            self._catch_up_lines[nearest] = line
+        # another batch size's: its price per token behind scaled to this one's rows (a line
+        # learned at 1 row, taken as it was, priced feeding 16 rows' prompts at 1/16 of it)
+        return line[0], line[1] * batch_size / nearest
 
     def overhead_cost(self, batch_size: int, k: int) -> float:
         """Seconds a round drafting k tokens a row spends outside its forward passes."""
@@ -401,18 +411,40 @@ class CostModel:
     ) -> list[float] | None:
         """[max_k + 1] round costs with every verify length priced from the lengths measured
         at least `min_samples` times at this batch size alone (is_trusted; interpolated
-        between them, extended past them along the nearest segment, flat where one is), or
-        None where none is: what a length measured fewer times should cost, were its few
-        passes a slow moment's."""
+        between them, extended past them along the nearest segment), or None where none is:
+        what a length measured fewer times should cost, were its few passes a slow moment's.
+        Where one length is trusted, the curve takes its shape from the nearest batch size
+        with two or more trusted lengths, that one among them (as _verify_curve borrows);
+        None where none has: flat, it would say nothing but the floor (at batch 1 a CPU's
+        pass is about flat in its length; at 16 a pass of 8 tokens cost 6.9x one)."""
+        trusted = self._trusted_table(batch_size, min_samples)
+        if not trusted:
+            return None
+        if len(trusted) == 1:
+            ((length, seconds),) = trusted.items()
+            shaped = {
+                b: t
+                for b in self.verify_samples
+                if b != batch_size
+                and len(t := self._trusted_table(b, min_samples)) > 1
+                and length in t
+            }
+            if shaped:
+                ref = shaped[_nearest_key(shaped, batch_size)]
+                scale = seconds / max(ref[length], 1e-12)
+                return self._round_costs(batch_size, max_k, lambda t: scale * _interpolate(ref, t))
+            return None
+        return self._round_costs(batch_size, max_k, lambda t: _interpolate(trusted, t))
+
+    def _trusted_table(self, batch_size: int, min_samples: int) -> dict[int, float]:
+        """Length -> seconds of a pass at this batch size, for its trusted lengths only
+        (is_trusted), made non-decreasing in the length as _verify_table's."""
         per_len = self.verify_samples.get(batch_size, {})
         lengths = sorted(t for t in per_len if self.is_trusted(batch_size, t, min_samples))
-        if not lengths:
-            return None
         speed = self.speed
         medians = [self._verify_median(batch_size, t) * speed for t in lengths]
         counts = [len(per_len[t]) for t in lengths]
-        trusted = dict(zip(lengths, _monotone(medians, counts), strict=True))
-        return self._round_costs(batch_size, max_k, lambda t: _interpolate(trusted, t))
+        return dict(zip(lengths, _monotone(medians, counts), strict=True))
 
     def _round_costs(
         self, batch_size: int, max_k: int, verify: Callable[[int], float]
