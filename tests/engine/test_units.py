@@ -812,13 +812,21 @@ def test_a_length_measured_once_and_slow_is_measured_again() -> None:
     assert chosen[-32:].count(4) >= 28  # and k = 4 wins, but for probes
 
 
-def _priced_out_by_one_pass(five_tokens_s: list[float]) -> tuple[list[int], list[int]]:
-    """Batch 1 (the demo pair on the CPU): plain passes 0.55 ms, drafting 0.12 ms a step,
-    every draft accepted; one pass of 5 tokens measured at 4.4 ms (a slow moment), the next
-    ones at `five_tokens_s`. The choices of the first rounds, and of 40 rounds after them."""
-    ctl = _costed(0.00012, {1: 0.00055}, batch=1)
+def _one_slow_pass(plain_passes: int) -> tuple[SpeculationController, AcceptanceEstimate]:
+    """Batch 1 (the demo pair on the CPU): drafting 0.12 ms a step, every draft accepted,
+    `plain_passes` plain passes measured at 0.55 ms and one pass of 5 tokens at 4.4 ms (a
+    slow moment)."""
+    ctl = _costed(0.00012, {}, batch=1)
     ctl.costs.record_verify(1, 5, 0.0044)
-    est = _trained(ctl, 8)
+    for _ in range(plain_passes):
+        ctl.costs.record_verify(1, 1, 0.00055)
+    return ctl, _trained(ctl, 8)
+
+
+def _priced_out_by_one_pass(five_tokens_s: list[float]) -> tuple[list[int], list[int]]:
+    """_one_slow_pass with plain decoding trusted, the next passes of 5 tokens taking
+    `five_tokens_s`: the choices of the first rounds, and of 40 rounds after them."""
+    ctl, est = _one_slow_pass(MIN_COST_SAMPLES)
     first = []
     for seconds in five_tokens_s:
         (k,) = ctl.choose([est], [4])
@@ -852,10 +860,7 @@ def test_a_recheck_waits_for_plain_decodings_price_not_for_an_exploration() -> N
     """A recheck needs plain decoding's price trusted (MIN_COST_SAMPLES passes); a plain
     choice made before that is not kept (it would be until the next exploratory round, 16
     rounds on), so the recheck comes as soon as plain rounds have measured it."""
-    ctl = _costed(0.00012, {}, batch=1)
-    ctl.costs.record_verify(1, 5, 0.0044)
-    ctl.costs.record_verify(1, 1, 0.00055)
-    est = _trained(ctl, 8)
+    ctl, est = _one_slow_pass(1)
     chosen = []
     for _ in range(8):
         (k,) = ctl.choose([est], [4])
@@ -884,9 +889,7 @@ def test_a_recheck_whose_round_drafted_less_is_not_made_again() -> None:
     """A recheck asks for k drafts, but a proposer may draft fewer (an n-gram's miss, a
     drafter out of room): its length then gets no sample. Made again while its count stays
     the same, it was made every round, and plain decoding never explored."""
-    ctl = _costed(0.00012, {1: 0.00055}, batch=1)
-    ctl.costs.record_verify(1, 5, 0.0044)
-    est = _trained(ctl, 8)
+    ctl, est = _one_slow_pass(MIN_COST_SAMPLES)
     chosen = []
     for _ in range(20):
         (k,) = ctl.choose([est], [4])
