@@ -179,7 +179,7 @@ class CostModel:
         feed: with the demo pair at 16 sequences of 64 tokens, a fresh engine's only batch
         (a bench's warm-up) left the line unlearned, adaptive started drafting for the next
         batch for a predicted gain of 4% a round, and paid ~20 ms feeding the drafter 16
-        prompts of 218 tokens (8 plain rounds; 0.79-0.89x target-only). Too high a price is
+        prompts of 218 tokens (8 plain rounds). Too high a price is
         corrected by the first catch-up learned (an exploratory round's, whose interval does
         not use this price: controller.py)."""
         if behind >= MIN_CATCH_UP_BEHIND and self.first_catch_up is None:
@@ -299,10 +299,9 @@ class CostModel:
     def catch_up_line(self, batch_size: int, learned_only: bool = False) -> tuple[float, float]:
         """(intercept, slope per token behind) of what a drafting round pays beyond its steady
         price for feeding the drafter first (the nearest measured batch size's, its slope
-        scaled to this batch size's rows: feeding is a prefill of every row's tokens). Before any
-        catch-up was learned, unless `learned_only`: the engine's first drafting round's time
-        per token a row fed, scaled to this batch size's rows (record_first_catch_up; feeding
-        is a prefill, whose cost follows the tokens it takes); else (0, 0)."""
+        scaled to this batch size's rows: feeding is a prefill of every row's tokens). Before
+        any catch-up was learned, unless `learned_only`: the engine's first drafting round's
+        time per token a row fed, scaled the same way (record_first_catch_up); else (0, 0)."""
         if not self.catch_up_samples:
             first = self.first_catch_up
             if first is None or learned_only:

@@ -359,7 +359,8 @@ class SpecEngine:
         round than about drafting:
           * the engine's first drafting round pays one-time costs (on an H200, sampled: 134 ms
             for 7 steps that later cost ~1.3 ms each). Learned, it priced drafting at 19 ms a
-            step, plain decoding won, and the price was never measured again;
+            step, plain decoding won, and the price was never measured again. It is noted
+            as the price of feeding the drafter until a catch-up is learned (cost_model.py);
           * a round that first fed the drafter what plain rounds committed costs more than
             drafting does: learning from it priced every step as a catch-up (on an H200 1.8 ms
             against 0.47), and plain decoding then always looked better. Its time is still an
