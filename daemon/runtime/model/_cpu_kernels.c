@@ -2065,6 +2065,14 @@ static int attn_rows_ok(const AttnJob *a)
  * attn_queries', so the answers differ in the last bits (tests/model/test_native_attention.py
  * holds every path to a float64 reference). */
 
+/* the largest of 4 lanes (the block kernels' running maximum of their scores) */
+static inline float max4(__m128 v)
+{
+    float lanes[4];
+    _mm_storeu_ps(lanes, v);
+    return fmaxf(fmaxf(lanes[0], lanes[1]), fmaxf(lanes[2], lanes[3]));
+}
+
 /* the sums of 4 vectors' lanes: [sum a, sum b, sum c, sum d] */
 __attribute__((target("avx512f,avx2,fma"))) static inline __m128 sum4_512(__m512 a, __m512 b,
                                                                         __m512 c, __m512 d)
@@ -2170,9 +2178,7 @@ attn_block512(const float *q, const float *keys, const float *values, int64_t r0
         _mm_storeu_ps(sc + l, s);
         top4 = _mm_max_ps(top4, s);
     }
-    float lanes[4];
-    _mm_storeu_ps(lanes, top4);
-    float top = fmaxf(fmaxf(lanes[0], lanes[1]), fmaxf(lanes[2], lanes[3]));
+    float top = max4(top4);
     for (; l < n; l++) { /* the last 1-3 keys */
         const float *k = kb + l * D;
         __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
@@ -2267,9 +2273,7 @@ __attribute__((target("avx2,fma"))) static void attn_block256(const float *q, co
         _mm_storeu_ps(sc + l, s);
         top4 = _mm_max_ps(top4, s);
     }
-    float lanes[4];
-    _mm_storeu_ps(lanes, top4);
-    float top = fmaxf(fmaxf(lanes[0], lanes[1]), fmaxf(lanes[2], lanes[3]));
+    float top = max4(top4);
     for (; l < n; l++) { /* the last 1-3 keys */
         sc[l] = dot(q, kb + l * D, D) * scale;
         top = sc[l] > top ? sc[l] : top;
