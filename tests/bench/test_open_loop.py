@@ -1,0 +1,105 @@
+"""The open-loop bench: the same Poisson arrivals through every configuration, each engine on
+its own clock (real engines on the demo pair)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.open_loop import Arrival, make_arrivals, run_open_loop
+from bench.spec_engine import RunSpec, SpecBench
+from specctl.demo_pair import require_demo_pair
+from tests.bench.bench_module import run_bench_module
+
+SPECS = [RunSpec("target-only"), RunSpec("spec k=2", 2), RunSpec("adaptive", 3, adaptive=True)]
+
+
+@pytest.fixture(scope="module")
+def bench() -> SpecBench:
+    target, draft = require_demo_pair()
+    return SpecBench(target, draft, "float32", max_batch=2, num_engines=len(SPECS))
+
+
+def test_arrivals_are_a_seeded_poisson_process() -> None:
+    prompts = [[1, 2, 3], [4, 5]]
+    first = make_arrivals(prompts, 200, rate=50.0, min_tokens=3, max_tokens=9, seed=7)
+    assert first == make_arrivals(prompts, 200, rate=50.0, min_tokens=3, max_tokens=9, seed=7)
+    assert first != make_arrivals(prompts, 200, rate=50.0, min_tokens=3, max_tokens=9, seed=8)
+    times = [a.at_s for a in first]
+    assert times == sorted(times) and times[0] > 0.0
+    assert 2.0 < times[-1] < 6.0  # 200 arrivals at 50 a second: ~4 s
+    assert {a.max_tokens for a in first} <= set(range(3, 10))
+    assert len({a.max_tokens for a in first}) > 3
+    assert all(a.prompt in prompts for a in first)
+
+
+@pytest.mark.parametrize(
+    ("rate", "lengths", "message"),
+    [(0.0, (1, 2), "rate"), (float("nan"), (1, 2), "rate"), (1.0, (5, 4), "lengths")],
+)
+def test_arrivals_reject_bad_settings(rate: float, lengths: tuple[int, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_arrivals([[1]], 3, rate, lengths[0], lengths[1], seed=0)
+
+
+def test_every_configuration_serves_the_same_arrivals(bench: SpecBench) -> None:
+    prompts = [bench.tokenizer.encode(t) for t in ("def main():", "import os\n", "The sea")]
+    # a burst: more requests than the batch holds, so some wait in the queue
+    arrivals = make_arrivals(prompts, 6, rate=1000.0, min_tokens=3, max_tokens=8, seed=1)
+    results = run_open_loop(bench, SPECS, arrivals, max_batch=2)
+    assert [r.mode for r in results] == ["target-only", "spec k=2", "adaptive"]
+    for r in results:
+        assert r.num_requests == 6
+        assert r.num_tokens == sum(a.max_tokens for a in arrivals)
+        assert sorted(r.outputs) == [f"r{i}" for i in range(6)]
+        assert 0.0 < r.ttft_ms["p50"] <= r.latency_ms["p50"] <= r.latency_ms["p99"]
+        assert r.busy_s <= r.span_s + 1e-9
+        assert 1.0 <= r.mean_batch <= 2.0
+    assert results[0].outputs == results[1].outputs == results[2].outputs  # lossless
+    assert results[0].mean_k == 0.0 and results[0].acceptance_rate is None
+    assert 0.0 < results[1].mean_k <= 2.0 and results[1].acceptance_rate is not None
+
+
+def test_an_engine_waits_idle_for_the_next_arrival(bench: SpecBench) -> None:
+    prompt = bench.tokenizer.encode("def main():")
+    arrivals = [Arrival(0.5, prompt, 4), Arrival(3.0, prompt, 4)]
+    results = run_open_loop(bench, SPECS[:2], arrivals, max_batch=2)
+    for r in results:
+        assert r.span_s > 3.0  # the clock jumped over the idle spells
+        assert r.busy_share < 0.5
+        # each request had the engine to itself: served in far less than the gap between them
+        assert r.latency_ms["p99"] < 2500.0
+
+
+def test_the_module_runs_and_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "open_loop.json"
+    args = ["--requests", "4", "--max-batch", "2", "--min-tokens", "2", "--max-tokens", "6"]
+    proc = run_bench_module("open_loop", *args, "--ks", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "greedy outputs identical across modes: True" in proc.stdout
+    report = json.loads(out.read_text())
+    assert [r["mode"] for r in report["results"]] == [
+        "target-only",
+        "spec k=2",
+        "spec adaptive<=6",
+    ]
+    assert all(r["num_requests"] == 4 for r in report["results"])
+    assert report["rate_per_s"] > 0.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--min-tokens", "9", "--max-tokens", "4"], "--min-tokens 9 is above --max-tokens 4"),
+        (["--load", "0"], "must be > 0"),
+        (["--rate", "-1"], "must be a finite number >= 0"),
+        (["--ks", "2,0"], "every k must be >= 1"),
+        (["--load", "0.5", "--rate", "2"], "not allowed with argument"),
+        (["--prompts", "/nonexistent.jsonl"], "no such file"),
+    ],
+)
+def test_bad_arguments_are_named(args: list[str], message: str) -> None:
+    proc = run_bench_module("open_loop", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
