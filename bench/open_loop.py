@@ -32,6 +32,7 @@ import torch
 from rich.table import Table
 
 from bench.arg_types import positive_int, prompt_file
+from bench.machine import describe_machine
 from bench.spec_engine import RunSpec, SpecBench
 from bench.workload import load_prompt_texts, tokenize
 from daemon.runtime.engine.engine import SpecEngine
@@ -411,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         console.print(f"greedy outputs identical across modes: {identical_outputs(results)}")
     if args.json:
         report = {
+            "machine": describe_machine(args.threads),
             "target": str(target_dir),
             "draft": str(draft_dir),
             "rate_per_s": rate,

@@ -85,6 +85,7 @@ def test_the_module_runs_and_writes_its_report(tmp_path: Path) -> None:
     ]
     assert all(r["num_requests"] == 4 for r in report["results"])
     assert report["rate_per_s"] > 0.0
+    assert report["machine"]["torch_threads"] == 1
 
 
 @pytest.mark.parametrize(
