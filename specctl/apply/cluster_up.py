@@ -6,6 +6,7 @@ cluster token). Every node is labelled `specctl.io/node=<its name in the file>`:
 placed by that label. Starting a node that already runs as asked is a no-op on both paths.
 """
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,24 +77,35 @@ def local_cluster(
 
 
 def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> ClusterUp:
+    """Start every node of the file not running yet. Where one fails, the nodes this call
+    started are stopped again before the error goes up: no deployment is recorded for them
+    yet (apply records one once the cluster is up), so `specctl down` could not find them,
+    and a fresh apply whose second node was unreachable left the head's Ray running. Nodes
+    found running are left as they were: they belong to the deployment already applied."""
     events.step("ray nodes", "started", f"{len(config.nodes)} node(s)")
     token_file = cluster_token(config, home)
     local = local_cluster(config, home, token_file)
+    running_before = {n.spec.name for n in local.nodes if n.running is not None} if local else set()
+    started: list[NodeSpec] = []  # specd nodes this call started, in order
     head = config.nodes[0]
     try:
         if head.is_local:
             assert local is not None
             address = local.start()
         else:
-            address = _specd_start(config, head, token_file, None)
+            address = _specd_start(config, head, token_file, None, started)
             if local is not None:
                 local.start(address)
         for node in config.nodes[1:]:
             if not node.is_local:
-                _specd_start(config, node, token_file, address)
+                _specd_start(config, node, token_file, address, started)
     except (LocalClusterError, ClusterUpError) as exc:
-        events.step("ray nodes", "failed", str(exc))
-        raise ClusterUpError(str(exc)) from None
+        message = str(exc)
+        leftover = _undo_start(started, local, running_before, token_file)
+        if leftover:
+            message += f"; pids {', '.join(map(str, leftover))} of the nodes it started survived"
+        events.step("ray nodes", "failed", message)
+        raise ClusterUpError(message) from None
     events.step("ray nodes", "done", f"head {head.name} at {address}")
     return ClusterUp(
         address=address,
@@ -107,8 +119,37 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
     )
 
 
-def _specd_start(config: ClusterConfig, node: NodeSpec, token_file: Path, head: str | None) -> str:
-    """Ask the node's specd to start Ray (head when `head` is None); the GCS address."""
+def _undo_start(
+    started: list[NodeSpec],
+    local: LocalCluster | None,
+    running_before: set[str],
+    token_file: Path,
+) -> list[int]:
+    """Stop the specd nodes in `started` (workers first) and the local nodes that were not
+    running before; pids on this machine that would not die."""
+    for node in reversed(started):
+        with contextlib.suppress(ClusterUpError):  # unreachable: nothing more to do from here
+            _specd_call(node, token_file, "POST", "/v1/ray/stop")
+    if local is None:
+        return []
+    if not running_before:
+        return local.stop()
+    leftover: list[int] = []
+    for node in reversed(local.nodes):
+        if node.spec.name not in running_before:
+            leftover += node.stop()
+    return leftover
+
+
+def _specd_start(
+    config: ClusterConfig,
+    node: NodeSpec,
+    token_file: Path,
+    head: str | None,
+    started: list[NodeSpec],
+) -> str:
+    """Ask the node's specd to start Ray (head when `head` is None); the GCS address. The
+    node is added to `started` where its specd started Ray (not found it running)."""
     body = {
         "role": "head" if head is None else "worker",
         "labels": {**node.labels, NODE_LABEL: node.name},
@@ -116,6 +157,8 @@ def _specd_start(config: ClusterConfig, node: NodeSpec, token_file: Path, head: 
     if head is not None:
         body["address"] = head
     data = _specd_call(node, token_file, "POST", "/v1/ray/start", body)
+    if data.get("started"):
+        started.append(node)
     return str(data["status"]["gcs_address"])
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon.cluster_token import generate_token, write_token
+
 from .cluster_files import EXAMPLES, SPARK_5090, replace_line, write_cluster
-from .deployment_cli import Cli, free_port, local_cluster_file
+from .deployment_cli import DEMO_TARGET, Cli, free_port, local_cluster_file
 from .test_config_errors import CASES
 
 ASKED_BY_THE_ISSUE = ("missing field", "wrong type", "unknown node", "unknown model")
@@ -59,3 +61,53 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_starts(tmp_path: P
     assert "the plan does not fit" in done.stderr and "verifier-node" in done.stderr
     assert "Traceback" not in done.stderr
     _assert_nothing_started(cli)
+
+
+def test_a_failed_apply_stops_the_nodes_it_started(tmp_path: Path) -> None:
+    """The head (local) starts, the second node's specd does not answer: apply fails naming
+    it, and the head it started is stopped again (no deployment is recorded that `down`
+    could find it by)."""
+    token = tmp_path / "token"
+    write_token(token, generate_token(), force=False)
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        f"""\
+[[nodes]]
+name = "head"
+specd = "local"
+
+[[nodes]]
+name = "away"
+specd = "127.0.0.1:{free_port()}"
+token_file = "{token}"
+memory_gib = 10
+
+[[models]]
+name = "demo-target"
+path = "{DEMO_TARGET}"
+dtype = "float32"
+
+[deployment]
+name = "rollback"
+
+[deployment.verifier]
+model = "demo-target"
+nodes = ["head"]
+
+[deployment.drafter]
+model = "ngram"
+
+[server]
+host = "127.0.0.1"
+port = {free_port()}
+"""
+    )
+    cli = Cli(tmp_path / "home")
+    done = cli.apply(config)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "node away: specd at 127.0.0.1:" in done.stderr and "unreachable" in done.stderr
+    assert "Traceback" not in done.stderr
+    _assert_nothing_started(cli)
+    down = cli.run("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert cli.processes() == []
