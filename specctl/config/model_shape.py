@@ -94,29 +94,44 @@ def read_model_shape(model_dir: Path) -> ModelShape:
         raise ModelShapeError(f"{config_file}: cannot read it: {error}") from None
     if not isinstance(raw, dict):
         raise ModelShapeError(f"{config_file}: not a JSON object")
-    raw = raw.get("text_config", raw) if "num_hidden_layers" not in raw else raw
+    if "num_hidden_layers" not in raw and "text_config" in raw:  # a multimodal checkpoint's
+        raw = raw["text_config"]
+        if not isinstance(raw, dict):
+            raise ModelShapeError(f"{config_file}: 'text_config' must be a JSON object")
     return shape_from_config(raw, str(config_file))
 
 
 def shape_from_config(raw: dict[str, Any], source: str) -> ModelShape:
     hidden = _positive_int(raw, "hidden_size", source)
     num_heads = _positive_int(raw, "num_attention_heads", source)
-    head_dim = raw.get("head_dim") or hidden // num_heads
-    num_experts = raw.get("num_local_experts") or raw.get("num_experts") or 1
+    head_dim = _optional_positive_int(raw, "head_dim", source) or hidden // num_heads
+    if head_dim < 1:
+        raise ModelShapeError(
+            f"{source}: 'hidden_size' {hidden} is below 'num_attention_heads' {num_heads}, and no "
+            "'head_dim' says how wide a head is"
+        )
+    num_experts = (
+        _optional_positive_int(raw, "num_local_experts", source)
+        or _optional_positive_int(raw, "num_experts", source)
+        or 1
+    )
     intermediate_key = "moe_intermediate_size" if "moe_intermediate_size" in raw else None
+    architectures = raw.get("architectures")
+    if not isinstance(architectures, list) or not architectures:
+        architectures = [raw.get("model_type", "unknown")]
     return ModelShape(
-        architecture=str((raw.get("architectures") or [raw.get("model_type", "unknown")])[0]),
+        architecture=str(architectures[0]),
         hidden_size=hidden,
         num_layers=_positive_int(raw, "num_hidden_layers", source),
         num_attention_heads=num_heads,
-        num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
-        head_dim=int(head_dim),
+        num_kv_heads=_optional_positive_int(raw, "num_key_value_heads", source) or num_heads,
+        head_dim=head_dim,
         intermediate_size=_positive_int(raw, intermediate_key or "intermediate_size", source),
         vocab_size=_positive_int(raw, "vocab_size", source),
         max_position_embeddings=_positive_int(raw, "max_position_embeddings", source),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         checkpoint_dtype=_checkpoint_dtype(raw),
-        num_experts=int(num_experts),
+        num_experts=num_experts,
         has_attention_bias=bool(raw.get("attention_bias", False))
         or str(raw.get("model_type")) == "qwen2",
     )
@@ -128,6 +143,14 @@ def _positive_int(raw: dict[str, Any], key: str, source: str) -> int:
         shown = "missing" if value is None else f"{value!r}"
         raise ModelShapeError(f"{source}: '{key}' must be a positive integer, got {shown}")
     return value
+
+
+def _optional_positive_int(raw: dict[str, Any], key: str, source: str) -> int | None:
+    """`key`'s value where it is set (a positive integer, else ModelShapeError); None where
+    it is absent or null (the caller's default applies)."""
+    if raw.get(key) is None:
+        return None
+    return _positive_int(raw, key, source)
 
 
 def _checkpoint_dtype(raw: dict[str, Any]) -> str | None:

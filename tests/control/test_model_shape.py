@@ -2,6 +2,7 @@
 demo pair's real safetensors files."""
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -63,3 +64,49 @@ def test_fp8_checkpoint_and_missing_fields(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelShapeError, match=r"config\.json: cannot read it"):
         read_model_shape(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"num_key_value_heads": "eight"},
+            "'num_key_value_heads' must be a positive integer, got 'eight'",
+        ),
+        ({"num_key_value_heads": [8]}, "'num_key_value_heads' must be a positive integer, got [8]"),
+        ({"num_key_value_heads": -8}, "'num_key_value_heads' must be a positive integer, got -8"),
+        ({"head_dim": "x"}, "'head_dim' must be a positive integer, got 'x'"),
+        ({"head_dim": 127.5}, "'head_dim' must be a positive integer, got 127.5"),
+        ({"num_local_experts": -4}, "'num_local_experts' must be a positive integer, got -4"),
+        ({"num_experts": "x"}, "'num_experts' must be a positive integer, got 'x'"),
+        (
+            {"hidden_size": 2, "num_attention_heads": 4, "head_dim": None},
+            "'hidden_size' 2 is below 'num_attention_heads' 4",
+        ),
+    ],
+)
+def test_a_malformed_optional_field_is_named(overrides: dict, expected: str) -> None:
+    """Fields with a default (null or absent: the default) must still hold a positive integer
+    where set: read as int() they raised ValueError (a traceback in `plan`), and negative
+    ones planned negative memory that "fits"."""
+    with pytest.raises(ModelShapeError, match=rf"^m/config\.json: {re.escape(expected)}"):
+        shape_from_config(llama_config(**overrides), "m/config.json")
+
+
+def test_optional_fields_left_null_take_their_defaults() -> None:
+    shape = shape_from_config(
+        llama_config(num_key_value_heads=None, head_dim=None, num_local_experts=None), "x"
+    )
+    assert (shape.num_kv_heads, shape.head_dim, shape.num_experts) == (4, 16, 1)
+
+
+@pytest.mark.parametrize("text_config", [None, "x", [1]])
+def test_a_text_config_that_is_not_an_object_is_named(tmp_path: Path, text_config: object) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": text_config}))
+    with pytest.raises(ModelShapeError, match=r"'text_config' must be a JSON object"):
+        read_model_shape(tmp_path)
+
+
+def test_a_multimodal_checkpoint_reads_its_text_config(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": llama_config()}))
+    assert read_model_shape(tmp_path).num_layers == 8
