@@ -90,3 +90,14 @@ def _parse_toml(text: str, shown: str) -> dict[str, Any]:
             message = _TOML_END.sub(" (at the end of the file)", message)
         issue = ConfigIssue(shown, line, (), f"invalid TOML: {message}")
         raise ConfigError([issue]) from None
+    except RecursionError:  # tomllib's parser recurses per level of nested arrays and tables
+        line = next(
+            (
+                n
+                for n, row in enumerate(text.split("\n"), 1)
+                if row.count("[") + row.count("{") > 64
+            ),
+            None,
+        )
+        issue = ConfigIssue(shown, line, (), "invalid TOML: values nested too deeply to read")
+        raise ConfigError([issue]) from None

@@ -208,6 +208,16 @@ def test_unclosed_array_at_the_end_of_the_file(tmp_path: Path) -> None:
     assert issue.message == "invalid TOML: Invalid value (at the end of the file)"
 
 
+def test_values_nested_too_deeply(tmp_path: Path) -> None:
+    """tomllib recurses per level: 500 nested arrays raised RecursionError, a traceback."""
+    path, _ = write_cluster(tmp_path, SPARK_5090 + "deep = " + "[" * 500 + "]" * 500 + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    (issue,) = caught.value.issues
+    assert issue.line == len(path.read_text().splitlines())
+    assert issue.message == "invalid TOML: values nested too deeply to read"
+
+
 def test_draft_and_verifier_with_different_vocabularies(tmp_path: Path) -> None:
     write_model(tmp_path / "other-draft", vocab_size=32000, max_position_embeddings=131072)
     text = replace_line(SPARK_5090, EIGHT_B_PATH, f'path = "{tmp_path}/other-draft"')
