@@ -23,6 +23,7 @@ from specctl.config.cluster import ClusterConfig
 from specctl.config.loader import load_config
 from specctl.deploy.ray_connect import connect, disconnect
 from specctl.home import SpecctlHome
+from specctl.planner.deployable import not_deployable
 from specctl.planner.gather import gather_node_facts
 from specctl.planner.placement import make_plan
 from specctl.planner.plan import Plan
@@ -144,6 +145,9 @@ def _validate_and_plan(config_path: Path, events: ApplyEvents) -> tuple[ClusterC
     if plan.verdict == "does_not_fit":
         events.step("plan", "failed", "; ".join(plan.problems))
         raise ApplyError("the plan does not fit:\n  " + "\n  ".join(plan.problems))
+    if reasons := not_deployable(plan.shards):
+        events.step("plan", "failed", "; ".join(reasons))
+        raise ApplyError("the plan fits, but cannot be deployed yet:\n  " + "\n  ".join(reasons))
     events.step("plan", "done", plan.verdict)
     return config, plan
 

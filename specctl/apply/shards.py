@@ -24,9 +24,9 @@ from specctl.deploy.actors import (
     kill_actor,
     start_ranks,
 )
+from specctl.planner.deployable import not_deployable
 from specctl.planner.plan import Plan, ShardPlan
 
-RUNTIME_DTYPES = ("float32", "bfloat16", "float16")
 STATUS_TIMEOUT_S = 30.0
 LOAD_POLL_S = 0.5
 DEFAULT_LOAD_TIMEOUT_S = 900.0
@@ -84,18 +84,8 @@ def desired_shards(config: ClusterConfig, plan: Plan, threads: int | None) -> li
 
 
 def _check_supported(verifiers: list[ShardPlan], drafter: ShardPlan | None) -> None:
-    for shard in [*verifiers, *([drafter] if drafter else [])]:
-        if shard.dtype not in RUNTIME_DTYPES:
-            raise ShardError(
-                f"{shard.id}: dtype {shard.dtype} is for planning only; the runtime loads "
-                f"{', '.join(RUNTIME_DTYPES)}"
-            )
-    if len(verifiers) > 1 and any(v.tensor_parallel_size > 1 for v in verifiers):
-        raise ShardError(
-            f"the verifier is split into {len(verifiers)} pipeline stages with tensor parallelism "
-            "in each; that combination is not deployable yet: use tensor_parallel_size = 1 "
-            "with several nodes, or one node"
-        )
+    if reasons := not_deployable([*verifiers, *([drafter] if drafter else [])]):
+        raise ShardError("; ".join(reasons))
 
 
 def _fingerprint(data: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import replace
 
 from specctl.config.cluster import ClusterConfig
+from specctl.planner.deployable import not_deployable
 from specctl.planner.devices import Device, DevicePool
 from specctl.planner.facts import NodeFacts
 from specctl.planner.hints import fit_hints
@@ -78,6 +79,7 @@ class _Planner:
         self.explanation.append(speculation_line(self.config))
         self.explanation.append(endpoint_line(self.config))
         self.warnings += free_now_warnings(self.pool)
+        self.warnings += [f"apply would refuse it: {r}" for r in not_deployable(self.shards)]
         return self._result()
 
     # ---- placing ----

@@ -111,3 +111,20 @@ port = {free_port()}
     down = cli.run("down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert cli.processes() == []
+
+
+def test_a_plan_the_runtime_cannot_load_is_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """The seed file plans the 70B in fp8 (to size the machines); the shards load float32,
+    bfloat16 or float16, and apply says so at its plan step, naming the shard."""
+    path, _ = write_cluster(tmp_path, SPARK_5090)
+    cli = Cli(tmp_path / "home")
+    done = cli.run("apply", "--json", str(path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    failed = [e for e in events if e.get("state") == "failed"]
+    assert [e["name"] for e in failed] == ["plan"]
+    assert "r0/verifier/stage0: dtype fp8 is for planning only" in failed[0]["detail"]
+    assert "Traceback" not in done.stderr
+    _assert_nothing_started(cli)

@@ -7,11 +7,16 @@ import pytest
 from daemon.specd.inventory import GpuInfo, HostInfo, Inventory
 from specctl.config import ClusterConfig, load_config
 from specctl.planner import Plan, gather_node_facts, make_plan
+from specctl.planner.deployable import not_deployable
 from specctl.planner.facts import facts_from_inventory
 
-from .cluster_files import SPARK_5090, replace_line, write_cluster, write_model
+from .cluster_files import REPO_ROOT, SPARK_5090, replace_line, write_cluster, write_model
 
 GIB = 2**30
+FP8_REFUSED = (
+    "apply would refuse it: r0/verifier/stage0: dtype fp8 is for planning only; the runtime "
+    "loads float32, bfloat16, float16"
+)
 
 
 def _plan(tmp_path: Path, text: str = SPARK_5090) -> tuple[ClusterConfig, Plan]:
@@ -48,6 +53,29 @@ def test_seed_setup_verifier_on_the_spark_drafter_on_the_5090(tmp_path: Path) ->
     )
     assert "drafter on rtx5090, verifier on spark: different machines" in text
     assert "spark: as declared in the cluster file" in text and "unified memory" in text
+    # the 70B checkpoint is planned in fp8, which the runtime does not load (yet)
+    assert plan.warnings == [FP8_REFUSED]
+
+
+def test_a_verifier_split_both_ways_is_planned_but_not_deployable(tmp_path: Path) -> None:
+    """Pipeline stages with tensor parallelism in each: planned (for sizing machines), and
+    warned of, as `apply` refuses it before it starts anything."""
+    text = (REPO_ROOT / "examples" / "local.toml").read_text()
+    text = text.replace("../packaging", str(REPO_ROOT / "packaging"))
+    text = replace_line(
+        text, 'nodes = ["verifier-node"]', 'nodes = ["verifier-node", "drafter-node"]'
+    )
+    text = replace_line(text, 'model = "demo-draft"', 'model = "ngram"')
+    text = replace_line(text, 'node = "drafter-node"', "")
+    text = text.replace("[deployment.drafter]", "tensor_parallel_size = 2\n\n[deployment.drafter]")
+    _, plan = _plan(tmp_path, text)
+    assert plan.verdict == "fits", plan.problems
+    assert not_deployable(plan.shards) == [
+        "r0: the verifier is split into 2 pipeline stages with tensor parallelism in each; that "
+        "combination is not deployable yet: use tensor_parallel_size = 1 with several nodes, or "
+        "one node"
+    ]
+    assert f"apply would refuse it: {not_deployable(plan.shards)[0]}" in plan.warnings
 
 
 def test_plan_round_trips_through_json(tmp_path: Path) -> None:
@@ -284,7 +312,8 @@ def test_less_free_now_than_planned_is_a_warning(tmp_path: Path) -> None:
     )
     plan = make_plan(config, facts)
     assert plan.verdict == "fits"
-    assert plan.warnings == [
+    assert plan.warnings[0] == (
         "rtx5090 GPU 0: the plan needs 24.6 GiB there, 10.0 GiB is free now (other processes "
         "hold the rest); loading may fail until they exit"
-    ]
+    )
+    assert plan.warnings[1:] == [FP8_REFUSED]
