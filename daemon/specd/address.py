@@ -8,6 +8,12 @@ _DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*")
 
 
+def is_host_name(text: str) -> bool:
+    """Whether `text` is a DNS host name (dot-separated labels of letters, digits and inner
+    hyphens, 253 characters at most)."""
+    return _HOSTNAME.fullmatch(text) is not None
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """Split 'host:port' ('[v6]:port' for IPv6); raise ValueError saying what is wrong."""
     host, sep, port_text = text.rpartition(":")
@@ -19,7 +25,7 @@ def parse_address(text: str) -> tuple[str, int]:
             ipaddress.IPv6Address(host)
         except ValueError:
             raise ValueError(f"{host!r} is not an IPv6 address") from None
-    elif not _is_ipv4(host) and not _HOSTNAME.fullmatch(host):
+    elif not _is_ipv4(host) and not is_host_name(host):
         raise ValueError(f"{host!r} is neither an IP address nor a host name")
     if not port_text.isascii() or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"port {port_text!r} is not a number from 1 to 65535")

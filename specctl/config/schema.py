@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
 
-from daemon.specd.address import parse_address
+from daemon.specd.address import is_host_name, parse_address
 from daemon.specd.labels import label_key_error, label_value_error
 from specctl.config.model_shape import DTYPES
 
@@ -251,7 +251,7 @@ class ServerSpec(_Section):
         try:
             ipaddress.ip_address(value)
         except ValueError:
-            if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", value):
+            if not is_host_name(value):
                 raise ValueError(f"{value!r} is neither an IP address nor a host name") from None
         return value
 

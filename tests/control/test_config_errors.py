@@ -146,6 +146,14 @@ CASES = [
         ],
         "nodes[0].labels: label key 'ray.io/x' uses a reserved prefix (ray.io/, specd.io/)",
     ),
+    *(
+        (
+            f"server host {host!r} that cannot be bound",
+            [('host = "127.0.0.1"', f'host = "{host}" {MARK}')],
+            f"server.host: {host!r} is neither an IP address nor a host name",
+        )
+        for host in ("-", "...", "a..b", "-lead.example")
+    ),
 ]
 
 
