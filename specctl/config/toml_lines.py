@@ -8,6 +8,7 @@ its nearest ancestor that has one. The source must be valid TOML (tomllib parsed
 """
 
 import re
+import tomllib
 
 from specctl.config.errors import Loc
 
@@ -25,8 +26,10 @@ def split_key(dotted: str) -> tuple[str, ...]:
     parts = []
     for match in _PART.finditer(dotted):
         part = match.group(0)
-        if part[0] in "\"'":
-            part = part[1:-1].encode().decode("unicode_escape") if part[0] == '"' else part[1:-1]
+        if part[0] == '"':  # a basic string: its escapes as TOML reads them
+            part = tomllib.loads(f"k = {part}")["k"]
+        elif part[0] == "'":
+            part = part[1:-1]
         parts.append(part)
     return tuple(parts)
 
@@ -47,15 +50,12 @@ class TomlLineIndex:
 
     def _scan(self, source: str) -> None:
         table: Loc = ()
-        skip_until: str | None = None  # the closing text of a multi-line value being skipped
-        depth = 0  # open brackets of a multi-line array value
-        for number, line in enumerate(source.splitlines(), start=1):
-            if skip_until is not None:
-                if skip_until in line:
-                    skip_until = None
-                continue
-            if depth > 0:
-                depth += _bracket_balance(line)
+        value = _ValueScan()  # a value that goes on over the next lines
+        # TOML ends lines at "\n" alone (str.splitlines() also split at U+2028, U+0085 and
+        # form feeds, inside comments and strings too, and numbered every line after one wrong)
+        for number, line in enumerate(source.split("\n"), start=1):
+            if value.is_open:
+                value.feed(line)
                 continue
             if header := _ARRAY_HEADER.match(line):
                 table = self._open_array_table(split_key(header.group(1)), number)
@@ -66,8 +66,7 @@ class TomlLineIndex:
                 key = split_key(pair.group(1))
                 for end in range(1, len(key) + 1):
                     self._lines.setdefault(table + key[:end], number)
-                skip_until = _open_multiline_string(pair.group(2))
-                depth = _bracket_balance(pair.group(2)) if skip_until is None else 0
+                value.feed(pair.group(2))
 
     def _resolve(self, key: tuple[str, ...]) -> Loc:
         """A header's key with the latest index inserted after every array of tables in it."""
@@ -90,34 +89,47 @@ class TomlLineIndex:
         return table
 
 
-def _open_multiline_string(value: str) -> str | None:
-    """The delimiter that closes a multi-line string opened (and not closed) in `value`."""
-    stripped = value.strip()
-    for delimiter in ('"""', "'''"):
-        if stripped.startswith(delimiter) and stripped.count(delimiter) == 1:
-            return delimiter
-    return None
+class _ValueScan:
+    """How far a value's text has got, line by line: the brackets it holds open and the
+    string it is inside, if any. A multi-line string or array goes on over the next lines;
+    keys and headers there are text, not keys."""
 
+    def __init__(self) -> None:
+        self.depth = 0  # open [ and { outside strings
+        self.string: str | None = None  # the delimiter of the string being read
 
-def _bracket_balance(text: str) -> int:
-    """Opened minus closed brackets outside strings and comments."""
-    balance = 0
-    quote: str | None = None
-    escaped = False
-    for char in text:
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\" and quote == '"':
-                escaped = True
-            elif char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "#":
-            break
-        elif char in "[{":
-            balance += 1
-        elif char in "]}":
-            balance -= 1
-    return balance
+    @property
+    def is_open(self) -> bool:
+        return self.depth > 0 or self.string is not None
+
+    def feed(self, text: str) -> None:
+        i = 0
+        while i < len(text):
+            delimiter = self.string
+            if delimiter is None:
+                char = text[i]
+                if char == "#":
+                    break  # a comment, to the end of the line
+                if text.startswith(('"""', "'''"), i):
+                    self.string, i = text[i : i + 3], i + 3
+                    continue
+                if char in "\"'":
+                    self.string = char
+                elif char in "[{":
+                    self.depth += 1
+                elif char in "]}":
+                    self.depth -= 1
+                i += 1
+            elif text[i] == "\\" and delimiter[0] == '"':
+                i += 2  # an escape (or a line-ending backslash) in a basic string
+            elif text.startswith(delimiter, i):
+                i += len(delimiter)
+                if len(delimiter) == 3:  # up to two quotes of the content may end it too
+                    extra = 0
+                    while extra < 2 and i < len(text) and text[i] == delimiter[0]:
+                        i, extra = i + 1, extra + 1
+                self.string = None
+            else:
+                i += 1
+        if self.string in ('"', "'"):  # a one-line string ends with its line (valid TOML)
+            self.string = None

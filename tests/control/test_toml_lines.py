@@ -73,3 +73,34 @@ def test_missing_keys_fall_back_to_the_nearest_ancestor() -> None:
 
 def test_split_key() -> None:
     assert split_key("a . \"b.c\" . 'd'") == ("a", "b.c", "d")
+    assert split_key('"p\u00f6rt"') == ("p\u00f6rt",)  # UTF-8 text kept as it is
+    assert split_key('"tab\\there"') == ("tab\there",)  # TOML's escapes read as TOML reads them
+
+
+def _lines_after(prefix: str) -> tuple[int, int | None]:
+    """(the line `port` is on, the line the index gives it) in `prefix` + a [server] table."""
+    source = prefix + "\n[server]\nport = 8000\n"
+    tomllib.loads(source)  # valid TOML, as the index requires
+    return source.split("\n").index("port = 8000") + 1, TomlLineIndex(source).line_of(
+        ("server", "port")
+    )
+
+
+def test_only_a_newline_ends_a_line() -> None:
+    """U+2028 and U+0085 are text to TOML: in a comment or a string they moved
+    every later line by one (str.splitlines() split at them), or lost them."""
+    for text in ("# a \u2028 comment", "# x \x85 y", 'a = "de\x85sk"', 'a = "b\u2028c"'):
+        true_line, found = _lines_after(text)
+        assert found == true_line, repr(text)
+
+
+def test_multi_line_strings_inside_arrays_and_quotes_at_their_ends() -> None:
+    for text in (
+        'names = ["""spark""", """\nsprak"""]',
+        "names = ['''a''', '''\n[not.a.table]\nb''']",
+        'a = """ends with two quotes"" """\nb = """\\"""\n"""',
+        'a = ["x # not a comment", "]"]',
+        'a = { b = "{", c = [1,\n 2] }',
+    ):
+        true_line, found = _lines_after(text)
+        assert found == true_line, repr(text)
