@@ -20,6 +20,7 @@ from specctl.apply.server_up import ensure_server
 from specctl.apply.shards import DesiredShard, deploy_shards, desired_shards
 from specctl.apply.state import AppliedState, ServerState
 from specctl.config.cluster import ClusterConfig
+from specctl.config.errors import ConfigError
 from specctl.config.loader import load_config
 from specctl.deploy.ray_connect import connect, disconnect
 from specctl.home import SpecctlHome
@@ -138,7 +139,11 @@ def _partial_state(
 
 def _validate_and_plan(config_path: Path, events: ApplyEvents) -> tuple[ClusterConfig, Plan]:
     events.step("validate", "started", str(config_path))
-    config = load_config(config_path)  # ConfigError names file:line: field
+    try:
+        config = load_config(config_path)  # ConfigError names file:line: field
+    except ConfigError as error:
+        events.step("validate", "failed", f"{len(error.issues)} problem(s) in the file")
+        raise
     events.step("validate", "done")
     events.step("plan", "started")
     plan = make_plan(config, gather_node_facts(config, mode="probe"))

@@ -31,8 +31,8 @@ def run_apply(config_file: Path, as_json: bool, load_timeout_s: float) -> int:
             result = apply_deployment(
                 config_file, home, events, ApplyOptions(load_timeout_s=load_timeout_s)
             )
-    except ConfigError as exc:
-        return _failed(str(exc), as_json, EXIT_INVALID)
+    except ConfigError as exc:  # one line per issue, each with its file:line: field
+        return _failed(str(exc), as_json, EXIT_INVALID, every_line=True)
     except Exception as exc:  # every failure of a step is said in one message
         return _failed(_why(exc), as_json, EXIT_FAILED)
     changed = ", ".join(result.changed) if result.changed else "nothing (already as asked)"
@@ -134,8 +134,12 @@ def _why(error: BaseException) -> str:
     return str(error).strip() or type(error).__name__
 
 
-def _failed(message: str, as_json: bool, code: int) -> int:
+def _failed(message: str, as_json: bool, code: int, every_line: bool = False) -> int:
+    """The outcome (with --json) and the error on stderr; `every_line`: each line of the
+    message is an error of its own (a config file's issues), prefixed as `plan` does."""
     if as_json:
         print(json.dumps({"kind": "outcome", "is_ok": False, "message": message}))
-    print(f"specctl: error: {message}", file=sys.stderr)
+    lines = message.splitlines() if every_line else [message]
+    for line in lines:
+        print(f"specctl: error: {line}", file=sys.stderr)
     return code

@@ -128,3 +128,21 @@ def test_a_plan_the_runtime_cannot_load_is_refused_before_anything_starts(
     assert "r0/verifier/stage0: dtype fp8 is for planning only" in failed[0]["detail"]
     assert "Traceback" not in done.stderr
     _assert_nothing_started(cli)
+
+
+def test_every_problem_of_a_file_is_its_own_error_line(tmp_path: Path) -> None:
+    text = replace_line(SPARK_5090, "port = 8000", 'port = "x"')
+    text = replace_line(text, "max_batch_size = 8", 'max_batch_size = "y"')
+    path, _ = write_cluster(tmp_path, text)
+    cli = Cli(tmp_path / "home")
+    done = cli.run("apply", str(path))
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if "server." in line]
+    assert len(errors) == 2 and all(line.startswith("specctl: error: ") for line in errors)
+    as_json = cli.run("apply", "--json", str(path))
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(e["name"], e["state"]) for e in events if e["kind"] == "step"] == [
+        ("validate", "started"),
+        ("validate", "failed"),
+    ]
+    assert events[-1]["kind"] == "outcome" and "server.max_batch_size" in events[-1]["message"]
