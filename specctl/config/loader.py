@@ -28,7 +28,8 @@ def load_config(path: Path | str) -> ClusterConfig:
     file_path = Path(path)
     shown = str(path)
     try:
-        text = file_path.read_text(encoding="utf-8")
+        text = file_path.read_text(encoding="utf-8-sig")  # a byte-order mark (editors on
+        # Windows write one) is not TOML, and tomllib called it an invalid statement
     except FileNotFoundError:
         raise ConfigError([ConfigIssue(shown, None, (), "file not found")]) from None
     except IsADirectoryError:

@@ -207,6 +207,12 @@ def test_unreadable_files(tmp_path: Path) -> None:
         load_config(binary)
 
 
+def test_a_byte_order_mark_is_not_part_of_the_file(tmp_path: Path) -> None:
+    path, _ = write_cluster(tmp_path, SPARK_5090)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert load_config(path).server.port == 8000
+
+
 def test_unclosed_array_at_the_end_of_the_file(tmp_path: Path) -> None:
     path, _ = write_cluster(tmp_path, SPARK_5090 + 'extra = [\n  "a",\n')
     with pytest.raises(ConfigError) as caught:
