@@ -41,6 +41,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_GRACEFUL_TIMEOUT_S = 10.0
 UVICORN_BACKSTOP_S = 5  # past the drain: uvicorn cancels what is left
+MAX_CONNECTIONS = 2048  # open connections (uvicorn's limit_concurrency): _make_server
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -245,6 +246,10 @@ def _make_server(app: FastAPI, opts: ServeOptions) -> "_Server":
         access_log=False,  # one line per request comes from the request logger instead
         timeout_graceful_shutdown=int(opts.graceful_timeout_s) + UVICORN_BACKSTOP_S,
         lifespan="on",
+        # connections and tasks at once; past it, 503s. Each stream holds one, so the engine's
+        # batch and queue fit many times over; a flood of idle or half-sent connections
+        # (uvicorn has no timeout for a request's headers) cannot take every socket
+        limit_concurrency=MAX_CONNECTIONS,
     )
     return _Server(config, app.state.serving, opts.graceful_timeout_s)
 

@@ -22,6 +22,11 @@ from starlette.requests import Request as HttpRequest
 from daemon.runtime.errors import SpecError
 from specctl.server.auth import ApiKeyMiddleware
 from specctl.server.backend import EngineBackend
+from specctl.server.body_limit import (
+    DEFAULT_BODY_READ_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    BodyLimitMiddleware,
+)
 from specctl.server.errors import OpenAIError, install_error_handlers
 from specctl.server.frontend import DEFAULT_IDLE_TIMEOUT_S, Frontend, ServingObserver
 from specctl.server.handlers import create_chat_completion, create_completion
@@ -43,6 +48,9 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 GENERATION_ERRORS = _errors(400, 401, 404, 429, 500, 503)
 DRAIN_POLL_S = 0.05
+MAX_WARNED_FIELDS = 256  # unknown field names remembered (each logged once)
+MAX_WARNED_NAMES = 8  # ... shown in one log line
+MAX_FIELD_NAME_SHOWN = 64  # characters of a name shown
 
 
 @dataclass(slots=True)
@@ -54,6 +62,8 @@ class AppOptions:
     snapshot_listeners: list[SnapshotListener] = field(default_factory=list)
     observers: list[ServingObserver] = field(default_factory=list)  # told of every request
     on_fatal: Callable[[str], None] | None = None  # the backend could not come up
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
+    body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S  # a body slower gets a 408
 
 
 class ServingState:
@@ -69,7 +79,7 @@ class ServingState:
         for listener in options.snapshot_listeners:
             self.snapshots.add_listener(listener)
         self.created = int(time.time())
-        self._warned_fields: set[str] = set()
+        self._warned_fields: set[str] = set()  # at most MAX_WARNED_FIELDS names
 
     def ready_frontend(self) -> Frontend:
         if self.frontend is None or self.status != "ready":
@@ -116,10 +126,23 @@ class ServingState:
             self.snapshots.tick()
 
     def warn_ignored(self, fields: list[str]) -> None:
-        new = [f for f in fields if f not in self._warned_fields]
+        """Log unknown fields once each. The names are the client's: shown with repr (a name
+        holding a newline and a log line's start forged a line in the log), at most
+        MAX_WARNED_NAMES a request, and at most MAX_WARNED_FIELDS remembered (a client
+        sending new names with every request grew the set and the log without end)."""
+        if len(self._warned_fields) >= MAX_WARNED_FIELDS:
+            return
+        new = [f for f in dict.fromkeys(fields) if f not in self._warned_fields]
+        new = new[: MAX_WARNED_FIELDS - len(self._warned_fields)]
         if new:
             self._warned_fields.update(new)
-            logger.warning("ignoring unknown request fields (told once): %s", ", ".join(new))
+            shown = ", ".join(repr(f[:MAX_FIELD_NAME_SHOWN]) for f in new[:MAX_WARNED_NAMES])
+            more = f" and {len(new) - MAX_WARNED_NAMES} more" if len(new) > MAX_WARNED_NAMES else ""
+            logger.warning("ignoring unknown request fields (told once): %s%s", shown, more)
+            if len(self._warned_fields) >= MAX_WARNED_FIELDS:
+                logger.warning(
+                    "%d unknown field names told; no more will be", len(self._warned_fields)
+                )
 
 
 def create_app(loader: BackendLoader, options: AppOptions) -> FastAPI:
@@ -142,6 +165,11 @@ def create_app(loader: BackendLoader, options: AppOptions) -> FastAPI:
     app.state.serving = state
     if options.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=options.api_key)
+    app.add_middleware(  # outside the key's: a body is bounded before it is even looked at
+        BodyLimitMiddleware,
+        max_bytes=options.max_body_bytes,
+        read_timeout_s=options.body_read_timeout_s,
+    )
     install_error_handlers(app)
     _add_routes(app, state)
     _document_errors(app)
