@@ -74,6 +74,7 @@ class VerifierInfo:
     num_speculative_tokens: int
     adaptive: bool
     max_batch_size: int
+    max_waiting: int | None = None  # requests queued beyond the batch before refusals
 
 
 @dataclass(slots=True)
@@ -231,6 +232,7 @@ class VerifierShard:
             num_speculative_tokens=engine.config.num_speculative_tokens,
             adaptive=engine.config.adaptive,
             max_batch_size=engine.config.max_batch_size,
+            max_waiting=self.spec.max_waiting,
         )
 
     def tokenizer_files(self) -> dict[str, bytes]:

@@ -230,4 +230,5 @@ def served_model(verifier: Any, name: str, timeout_s: float) -> ServedModel:
         num_speculative_tokens=info.num_speculative_tokens,
         adaptive=info.adaptive,
         max_batch_size=info.max_batch_size,
+        max_requests=None if info.max_waiting is None else info.max_batch_size + info.max_waiting,
     )

@@ -28,6 +28,7 @@ class ServedModel:
     num_speculative_tokens: int  # fixed k, or the ceiling when adaptive
     adaptive: bool
     max_batch_size: int
+    max_requests: int | None = None  # running and waiting at once (None: not known)
 
 
 class EngineBackend(Protocol):

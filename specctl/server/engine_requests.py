@@ -45,10 +45,21 @@ def completion_prompts(body: CompletionRequest, model: ServedModel) -> list[list
         items = list(prompt)  # type: ignore[arg-type]
     if not items:
         raise invalid_param("prompt", "prompt: the prompt is empty")
+    if model.max_requests is not None and len(items) > model.max_requests:
+        # a 429 (retry later) could never succeed: the engine holds no more at once
+        raise invalid_param(
+            "prompt",
+            f"prompt: {len(items)} prompts in one request; this server takes at most "
+            f"{model.max_requests} at once (its batch and its queue)",
+        )
     prompts = []
     for i, item in enumerate(items):
         param = "prompt" if len(items) == 1 else f"prompt[{i}]"
-        ids = model.tokenizer.encode(item) if isinstance(item, str) else list(item)
+        if isinstance(item, str):
+            check_text(item, param)
+            ids = model.tokenizer.encode(item)
+        else:
+            ids = list(item)
         _check_ids(ids, model, param)
         prompts.append(ids)
     return prompts
@@ -61,6 +72,8 @@ def chat_prompt(body: ChatCompletionRequest, model: ServedModel) -> list[int]:
         raise invalid_param(
             "messages", f"the model {model.name!r} has no chat template; use /v1/completions"
         )
+    for i, message in enumerate(body.messages):
+        check_text(message.text, f"messages[{i}].content")
     messages = [{"role": m.role, "content": m.text} for m in body.messages]
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -71,6 +84,21 @@ def chat_prompt(body: ChatCompletionRequest, model: ServedModel) -> list[int]:
     ids = tokenizer.encode(text, add_special_tokens=False)
     _check_ids(ids, model, "messages")
     return ids
+
+
+def check_text(text: str | None, param: str) -> None:
+    """Text the tokenizer can take: JSON may carry a lone UTF-16 surrogate (\\ud800), which is
+    no character, and the tokenizer raised TypeError on it (a 500)."""
+    if not text:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise invalid_param(
+            param,
+            f"{param}: holds a lone surrogate (U+{ord(text[exc.start]):04X}) at character "
+            f"{exc.start}, which is not a character; send valid Unicode text",
+        ) from None
 
 
 def _check_ids(ids: list[int], model: ServedModel, param: str) -> None:

@@ -19,7 +19,10 @@ logger = logging.getLogger(__name__)
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# a request field's name: OpenAI's are snake_case; pydantic's union branch tags are type names
+# ("str", "list[int]", "TextPart", "function-after[...]")
+_FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "bytes", "list", "dict", "tuple", "none"})
 
 
 class OpenAIError(Exception):
@@ -61,12 +64,13 @@ def invalid_param(param: str | None, message: str, code: str | None = None) -> O
 
 def param_of(loc: tuple[int | str, ...]) -> str | None:
     """A pydantic error location as a request parameter: ("body", "messages", 0, "content")
-    -> "messages[0].content". Union branch tags such as "list[int]" are dropped."""
+    -> "messages[0].content". Union branch tags ("str", "list[int]", "TextPart") are dropped:
+    {"prompt": null} was answered with param "prompt.str"."""
     parts: list[str] = []
     for item in loc[1:] if loc and loc[0] == "body" else loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif _IDENTIFIER.match(item):
+        elif _FIELD_NAME.match(item) and item not in _TYPE_NAMES:
             parts.append(f".{item}" if parts else item)
     return "".join(parts) or None
 

@@ -1,5 +1,6 @@
 """The two generation endpoints: validated body in, a JSON response or an event stream out."""
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -47,7 +48,11 @@ async def _start(
     check_model(body.model, model)
     check_stream_options(body)
     head = StreamHeader(_new_id(prefix), model.name, body.include_usage, body.return_token_ids)
-    requests = engine_requests(head.id, prompts_of(model), body, model)
+    # tokenising (a long prompt, or many) off the event loop: other clients' streams and
+    # /health go on meanwhile
+    requests = await asyncio.to_thread(
+        lambda: engine_requests(head.id, prompts_of(model), body, model)
+    )
     gen = Generation(frontend, requests, model.tokenizer, body.stop_strings, prompt_param)
     await gen.start()
     return gen, head

@@ -26,6 +26,7 @@ class LocalBackend:
             num_speculative_tokens=engine.config.num_speculative_tokens,
             adaptive=engine.config.adaptive,
             max_batch_size=engine.config.max_batch_size,
+            max_requests=engine.config.max_batch_size + max_waiting,
         )
 
     @classmethod
