@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from daemon.runtime.sampling.params import MAX_STOP_STRINGS, MAX_TOP_K
+from daemon.runtime.sampling.params import MAX_STOP_STRING_BYTES, MAX_STOP_STRINGS, MAX_TOP_K
 
 MIN_SEED = -(2**63)  # the range torch.Generator.manual_seed takes
 MAX_SEED = 2**64 - 1
@@ -90,6 +90,15 @@ class _SamplingBody(_Body):
             f"at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}",
         )
         _refuse_unless(all(stops), "stop strings must not be empty")
+        for stop in stops:
+            try:
+                size = len(stop.encode("utf-8"))
+            except UnicodeEncodeError:  # a lone surrogate (JSON's "\\ud800"): no character
+                raise ValueError(f"stop string {stop[:32]!r} is not valid Unicode text") from None
+            _refuse_unless(
+                size <= MAX_STOP_STRING_BYTES,
+                f"a stop string may be at most {MAX_STOP_STRING_BYTES} bytes (UTF-8), got {size}",
+            )
         return value
 
     @field_validator("stop_token_ids")

@@ -22,7 +22,14 @@ from daemon.runtime.engine.cost_model import (
     STALE_PASSES,
     CostModel,
 )
-from daemon.runtime.engine.stop import FINISH_LENGTH, FINISH_STOP, StopChecker, truncate_at_stop
+from daemon.runtime.engine.stop import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    STOP_WINDOW_SLACK,
+    StopChecker,
+    truncate_at_stop,
+)
+from daemon.runtime.errors import RequestError
 from daemon.runtime.proposers.base import ProposeRequest
 from daemon.runtime.proposers.ngram import NgramProposer
 from daemon.runtime.sampling.params import SamplingParams
@@ -75,6 +82,27 @@ def test_stop_string_completed_by_newest_token_only() -> None:
     assert checker.check([*prompt, 2, 3], 1) == FINISH_STOP  # "cd"
     assert truncate_at_stop("abcdef", ("cd", "f")) == "ab"
     assert truncate_at_stop("abc", ("x",)) == "abc"
+
+
+def test_a_stop_string_longer_than_the_window_is_found() -> None:
+    """A stop string of 40 one-character tokens: looked for in the last 32 tokens only, it was
+    never found, and the request ran to max_tokens."""
+    output = list(range(60))
+    stop = _chars(output[10:50])
+    params = SamplingParams(stop=(stop,), max_tokens=100)
+    checker = StopChecker(params, frozenset(), max_total_len=1000, detokenize=_chars)
+    prompt = [0]
+    ends = [n for n in range(1, 61) if checker.check([*prompt, *output[:n]], 1) is not None]
+    assert ends == [50]
+    assert checker.window == 40 + STOP_WINDOW_SLACK
+
+
+def test_stop_strings_are_bounded_and_valid_text() -> None:
+    with pytest.raises(RequestError, match="at most 512 bytes"):
+        SamplingParams(stop=("x" * 513,))
+    with pytest.raises(RequestError, match="not valid Unicode text"):
+        SamplingParams(stop=("\ud800",))
+    SamplingParams(stop=("\u00e9" * 256,))  # 512 bytes
 
 
 def test_expected_tokens() -> None:

@@ -44,12 +44,30 @@ BAD_PARAMETERS = [
     ("/v1/completions", {**COMPLETION, "seed": "abc"}, "seed"),
     ("/v1/completions", {**COMPLETION, "stop": [""]}, "stop"),
     ("/v1/completions", {**COMPLETION, "stop": ["a"] * 17}, "stop"),
+    ("/v1/completions", {**COMPLETION, "stop": "x" * 513}, "stop"),  # stop.py's look-back
+    ("/v1/completions", b'{"prompt": "x", "stop": ["\\ud800"]}', "stop"),
     ("/v1/completions", {**COMPLETION, "stream_options": {}}, "stream_options"),
     ("/v1/completions", {**COMPLETION, "prompt": ""}, "prompt"),
     ("/v1/completions", {**COMPLETION, "prompt": []}, "prompt"),
     ("/v1/completions", {**COMPLETION, "prompt": [1, 99999]}, "prompt"),
     ("/v1/completions", {**COMPLETION, "prompt": ["ok", ""]}, "prompt[1]"),
     ("/v1/completions", {"model": MODEL}, "prompt"),
+    # a union's branch tags are no parameters ("prompt.str" before)
+    ("/v1/completions", {**COMPLETION, "prompt": None}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "prompt": 5}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "stop": {"a": "b"}}, "stop"),
+    # more prompts than the engine holds at once (batch 4 + queue 256): a 429 never passed
+    ("/v1/completions", {**COMPLETION, "prompt": ["a"] * 261}, "prompt"),
+    # lone surrogates: the tokenizer raised TypeError (a 500)
+    ("/v1/completions", b'{"prompt": "\\ud800", "max_tokens": 2}', "prompt"),
+    ("/v1/completions", b'{"prompt": ["ok", "x\\udfff"], "max_tokens": 2}', "prompt[1]"),
+    ("/v1/chat/completions",
+     b'{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}',
+     "messages[0].content"),
+    ("/v1/chat/completions",
+     b'{"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": '
+     b'[{"type": "text", "text": "\\ud800"}]}], "max_tokens": 2}',
+     "messages[1].content"),
     ("/v1/completions", b'{"prompt": "x", "temperature": Infinity}', "temperature"),
     ("/v1/completions", b'{"prompt": "x", "top_p": NaN}', "top_p"),
     ("/v1/chat/completions", {**CHAT_BODY, "messages": []}, "messages"),
@@ -58,6 +76,8 @@ BAD_PARAMETERS = [
     ("/v1/chat/completions",
      {**CHAT_BODY, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
      "messages[0].content[0].type"),
+    ("/v1/chat/completions", {**CHAT_BODY, "messages": [{"role": "user", "content": 5}]},
+     "messages[0].content"),
     ("/v1/chat/completions", {**CHAT_BODY, "n": 3}, "n"),
     ("/v1/chat/completions", {**CHAT_BODY, "logprobs": True}, "logprobs"),
     ("/v1/chat/completions", {**CHAT_BODY, "top_logprobs": 2}, "top_logprobs"),
@@ -160,3 +180,12 @@ def test_unset_max_tokens_is_the_room_left(server: ServeProcess) -> None:
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "x " * 200}]}
     out = server.client.post("/v1/chat/completions", json={**chat, "ignore_eos": True}).json()
     assert out["usage"]["total_tokens"] == MAX_MODEL_LEN
+
+
+def test_unknown_field_names_cannot_forge_log_lines(server: ServeProcess) -> None:
+    forged = "x\n2026-11-29 00:00:00,000 ERROR specctl.serve: FORGED LOG LINE"
+    response = server.client.post("/v1/completions", json={**COMPLETION, forged: 1})
+    assert response.status_code == 200, response.text
+    log = server.log()
+    assert "FORGED LOG LINE" in log  # told, escaped on the warning's own line
+    assert not any(line.startswith("2026-11-29 00:00:00,000") for line in log.splitlines())

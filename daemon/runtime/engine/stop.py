@@ -1,7 +1,7 @@
 """Stop conditions: EOS and stop token ids, stop strings, max_tokens, the context limit."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from daemon.runtime.sampling.params import SamplingParams
 
@@ -12,9 +12,13 @@ FINISH_LENGTH = "length"
 FINISH_ABORT = "abort"  # the caller gave up on the request (a client went away)
 FINISH_ERROR = "error"  # the engine failed; the request ended without a result
 
-# Stop strings are looked for in the text of the last few tokens only: enough for any stop
-# string of up to this many tokens, and it keeps each check O(1) in the output length.
+# Stop strings are looked for in the text of the last few tokens only, which keeps each check
+# O(1) in the output length: at least this many, and more than the longest stop string has
+# bytes (a token decodes to one byte or more, but for the odd special token decoding to none:
+# STOP_WINDOW_SLACK). A fixed window of 32 never found a stop string of 33 tokens: the request
+# ran to max_tokens, its text cut at the stop.
 STOP_STRING_WINDOW_TOKENS = 32
+STOP_WINDOW_SLACK = 8
 
 
 @dataclass(slots=True)
@@ -25,6 +29,13 @@ class StopChecker:
     eos_token_ids: frozenset[int]
     max_total_len: int  # prompt + output may not exceed this (the KV cache slot)
     detokenize: Detokenize | None = None
+    window: int = field(init=False)  # tokens looked back through for a stop string
+
+    def __post_init__(self) -> None:
+        longest = max(
+            (len(s.encode("utf-8", "surrogatepass")) for s in self.params.stop), default=0
+        )
+        self.window = max(STOP_STRING_WINDOW_TOKENS, longest + STOP_WINDOW_SLACK)
 
     def check(self, token_ids: list[int], num_prompt_tokens: int) -> str | None:
         """The finish reason once the newest token of `token_ids` (prompt + output) ends the
@@ -39,7 +50,7 @@ class StopChecker:
         if last in self.params.stop_token_ids:
             return FINISH_STOP
         if self.params.stop and self.detokenize is not None:
-            start = max(num_prompt_tokens, len(token_ids) - STOP_STRING_WINDOW_TOKENS)
+            start = max(num_prompt_tokens, len(token_ids) - self.window)
             if self._completes_stop(token_ids[start:]):
                 return FINISH_STOP
         num_output = len(token_ids) - num_prompt_tokens

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from daemon.runtime.errors import RequestError
 
 MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_BYTES = 512  # UTF-8 bytes of one stop string (stop.py looks back that far)
 MAX_TOP_K = 2**31 - 1  # past any vocabulary; keeps top_k a machine integer
 # Temperatures below this sample greedily, as vLLM does: the distribution's limit as T -> 0
 # is the argmax, and dividing float32 logits by a smaller T overflows (a temperature of
@@ -44,6 +45,16 @@ class SamplingParams:
             raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
         if any(s == "" for s in self.stop):
             raise RequestError("stop strings must not be empty")
+        for s in self.stop:
+            try:
+                size = len(s.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise RequestError(f"stop string {s[:32]!r} is not valid Unicode text") from None
+            if size > MAX_STOP_STRING_BYTES:
+                raise RequestError(
+                    f"a stop string may be at most {MAX_STOP_STRING_BYTES} bytes (UTF-8), "
+                    f"got {size}"
+                )
         if any(not 0 <= t <= MAX_TOP_K for t in self.stop_token_ids):
             raise RequestError(
                 f"stop_token_ids must be in [0, {MAX_TOP_K}], got {list(self.stop_token_ids)}"
