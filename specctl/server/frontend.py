@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -74,11 +74,21 @@ class RequestGroup:
     def __post_init__(self) -> None:
         self.num_open = len(self.request_ids)
 
-    async def deltas(self, idle_timeout_s: float) -> AsyncIterator[tuple[int, RequestDelta]]:
+    async def deltas(
+        self, idle_timeout_s: float, last_output: Callable[[], float] | None = None
+    ) -> AsyncIterator[tuple[int, RequestDelta]]:
         """(index in the group, delta) until every member has finished. TimeoutError when no
-        delta came for `idle_timeout_s`."""
+        delta came for `idle_timeout_s` and the engine gave none to anyone for as long
+        (`last_output`: the monotonic time of its latest; None: this group's alone). A request
+        queued behind a full batch gets nothing until a slot frees, which may take longer
+        than the timeout while the engine works: given up as stuck, it got a 500."""
         while self.num_open:
-            index, delta = await asyncio.wait_for(self.queue.get(), idle_timeout_s)
+            try:
+                index, delta = await asyncio.wait_for(self.queue.get(), idle_timeout_s)
+            except TimeoutError:
+                if last_output is not None and time.monotonic() - last_output() < idle_timeout_s:
+                    continue  # waiting its turn: the engine is busy with others
+                raise
             if delta.finished:
                 self.num_open -= 1
             yield index, delta
@@ -106,6 +116,7 @@ class Frontend:
         self._pool = ThreadPoolExecutor(NUM_BACKEND_THREADS, thread_name_prefix="backend-call")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.is_stopping = False
+        self.last_output_s = time.monotonic()  # when the engine last gave any request a delta
 
     # -- lifecycle (event loop) -------------------------------------------------------------
     async def start(self) -> None:
@@ -191,6 +202,8 @@ class Frontend:
 
     def _dispatch(self, output: LoopOutput) -> None:
         now = time.monotonic()
+        if output.deltas:
+            self.last_output_s = now
         for observer in self._observers:
             observer.on_loop_output(output)
         for delta in output.deltas:

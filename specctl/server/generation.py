@@ -96,7 +96,10 @@ class Generation:
         """Text deltas until every choice has finished; an engine failure raises a 500."""
         assert self._group is not None, "start() first"
         try:
-            async for index, delta in self._group.deltas(self._frontend.idle_timeout_s):
+            frontend = self._frontend
+            async for index, delta in self._group.deltas(
+                frontend.idle_timeout_s, lambda: frontend.last_output_s
+            ):
                 if delta.finish_reason in (FINISH_ERROR, FINISH_ABORT):
                     raise self._failure(delta)
                 choice = self.choices[index]

@@ -3,6 +3,8 @@ reach their groups, Prometheus series and the per-second snapshot add up."""
 
 import asyncio
 import logging
+import time
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +129,50 @@ def test_submit_of_a_bad_request_raises_and_leaves_nothing(backend: LocalBackend
             await frontend.stop()
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_request_queued_longer_than_the_idle_timeout_is_served(tmp_path: Path) -> None:
+    """One sequence at a time, twelve requests of 500 tokens: the last waits for eleven others,
+    far past an idle timeout of 0.1 s, with no delta of its own. Only an engine that gave
+    nobody a delta for that long is stuck; a request waiting its turn was given up as stuck
+    before (a 500)."""
+    target = make_tiny_checkpoint(tmp_path / "target", seed=0)
+    spec = EngineSpec(  # plain decoding: a step per token
+        target=target,
+        max_model_len=512,
+        engine=EngineConfig(max_batch_size=1, num_speculative_tokens=0),
+    )
+    backend = LocalBackend(build_engine(spec), "tiny")
+    params = SamplingParams(temperature=0.0, max_tokens=500, ignore_eos=True)
+    idle_timeout_s = 0.1
+
+    async def drain(
+        frontend: Frontend, group: RequestGroup, submitted: float
+    ) -> tuple[list[RequestDelta], float]:
+        """The group's deltas, and how long after its submission its first token came."""
+        deltas: list[RequestDelta] = []
+        waited = None
+        async for _, delta in group.deltas(idle_timeout_s, lambda: frontend.last_output_s):
+            if waited is None and delta.new_token_ids:
+                waited = time.monotonic() - submitted
+            deltas.append(delta)
+        assert waited is not None
+        return deltas, waited
+
+    async def scenario() -> list[tuple[list[RequestDelta], float]]:
+        frontend = Frontend(backend, [], idle_timeout_s=idle_timeout_s)
+        await frontend.start()
+        try:
+            drains = []
+            for i in range(12):
+                group = await frontend.submit([Request(f"q{i}", [3 + i, 7, 11], params)])
+                drains.append(drain(frontend, group, time.monotonic()))
+            return list(await asyncio.gather(*drains))
+        finally:
+            await frontend.stop()
+
+    done = asyncio.run(scenario())
+    assert done[-1][1] > 3 * idle_timeout_s  # the case this is about did happen
+    for deltas, _ in done:
+        assert sum(len(d.new_token_ids) for d in deltas) == 500
+        assert deltas[-1].finish_reason == "length"
