@@ -48,6 +48,7 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 GENERATION_ERRORS = _errors(400, 401, 404, 429, 500, 503)
 DRAIN_POLL_S = 0.05
+LOADING_RETRY_AFTER_S = 5  # the Retry-After of a 503 while the model loads
 MAX_WARNED_FIELDS = 256  # unknown field names remembered (each logged once)
 MAX_WARNED_NAMES = 8  # ... shown in one log line
 MAX_FIELD_NAME_SHOWN = 64  # characters of a name shown
@@ -85,7 +86,11 @@ class ServingState:
         if self.frontend is None or self.status != "ready":
             why = {"loading": "the model is still loading", "stopping": "the server is stopping"}
             message = why.get(self.status, f"the engine failed: {self.failure}")
-            raise OpenAIError(503, message, type="server_error", code="not_ready")
+            # a loading server will answer: when to try again (a stopping or failed one won't)
+            headers = (
+                {"Retry-After": str(LOADING_RETRY_AFTER_S)} if self.status == "loading" else None
+            )
+            raise OpenAIError(503, message, type="server_error", code="not_ready", headers=headers)
         return self.frontend
 
     async def bring_up(self, loader: BackendLoader) -> None:

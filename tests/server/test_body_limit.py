@@ -106,6 +106,7 @@ def test_a_body_that_stops_arriving_gets_a_408(served: _Served) -> None:
 def test_a_body_within_the_limits_reaches_the_app(served: _Served) -> None:
     response = httpx.post(f"{served.url}/v1/completions", json={"prompt": "hi", "max_tokens": 1})
     assert _error(response, 503)["code"] == "not_ready"  # read, validated, then: loading
+    assert response.headers["retry-after"] == "5"
     bad = httpx.post(f"{served.url}/v1/completions", json={"prompt": "hi", "max_tokens": 0})
     assert _error(bad, 400)["param"] == "max_tokens"
 
