@@ -56,8 +56,8 @@ def apply_deployment(
     options: ApplyOptions | None = None,
 ) -> ApplyResult:
     opts = options or ApplyOptions()
-    home.ensure()
     config, plan = _validate_and_plan(config_path, events)
+    home.ensure()  # after the checks: a file refused leaves nothing behind
     previous = AppliedState.load(home.state_file)
     if previous is not None and previous.deployment != plan.deployment:
         raise ApplyError(

@@ -83,6 +83,11 @@ def read_model_shape(model_dir: Path) -> ModelShape:
     """Read `model_dir/config.json`; raise ModelShapeError naming the file and the problem."""
     config_file = model_dir / "config.json"
     if not model_dir.is_dir():
+        if model_dir.exists():
+            raise ModelShapeError(
+                f"{model_dir} is a file; give the model directory (where config.json and the "
+                "weights are)"
+            )
         raise ModelShapeError(f"model directory {model_dir} does not exist")
     try:
         raw = json.loads(config_file.read_text(encoding="utf-8"))

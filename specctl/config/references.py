@@ -39,6 +39,17 @@ def _duplicates(config: ClusterConfig) -> list[Problem]:
                 problems.append(
                     ((section, index, "name"), f'duplicate name "{name}" (also {section}[{first}])')
                 )
+    addresses = [n.specd for n in config.nodes]
+    for index, address in enumerate(addresses):
+        first = addresses.index(address)
+        if first != index and not config.nodes[index].is_local:
+            problems.append(
+                (
+                    ("nodes", index, "specd"),
+                    f"{address} is also nodes[{first}]'s specd: one machine is one node "
+                    "(several GPUs of it go in its gpus)",
+                )
+            )
     for index, model in enumerate(config.models):
         if model.name == NGRAM:
             problems.append(

@@ -236,13 +236,18 @@ class DeploymentSpec(_Section):
     )
     replicas: int = Field(1, ge=1, le=64, description="independent copies behind the endpoint")
 
+    # it names Ray actors, the state and the history: the rule of node and model names
+    _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
 
 class ServerSpec(_Section):
     """The OpenAI-compatible endpoint: `[server]`."""
 
     host: str = Field("127.0.0.1", min_length=1, description="bind address; 127.0.0.1 is private")
     port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="the endpoint's TCP port")
-    api_key_file: str | None = Field(None, description="a file (mode 0600) holding the API key")
+    api_key_file: str | None = Field(
+        None, min_length=1, description="a file (mode 0600) holding the API key"
+    )
     max_batch_size: int = Field(16, ge=1, le=4096, description="sequences decoded together")
 
     @field_validator("host")

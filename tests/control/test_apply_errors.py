@@ -146,3 +146,10 @@ def test_every_problem_of_a_file_is_its_own_error_line(tmp_path: Path) -> None:
         ("validate", "failed"),
     ]
     assert events[-1]["kind"] == "outcome" and "server.max_batch_size" in events[-1]["message"]
+
+
+def test_a_refused_file_leaves_no_home_behind(tmp_path: Path) -> None:
+    path, _ = write_cluster(tmp_path, replace_line(SPARK_5090, "port = 8000", 'port = "x"'))
+    cli = Cli(tmp_path / "home")
+    assert cli.run("apply", str(path)).returncode == 2
+    assert not (tmp_path / "home").exists()

@@ -120,6 +120,29 @@ CASES = [
         "deployment.speculation: give k (fixed) or adaptive = true with max_k, not both",
     ),
     (
+        "model path that is a file",
+        [(EIGHT_B_PATH, f'path = "{EXAMPLES}/models/llama-3.1-8b-instruct/config.json" {MARK}')],
+        f"models[1].path: {EXAMPLES}/models/llama-3.1-8b-instruct/config.json is a file; give "
+        "the model directory (where config.json and the weights are)",
+    ),
+    (
+        "deployment name Ray would be given with a space",
+        [('name = "test"', f'name = "spark 5090" {MARK}')],
+        "deployment.name: 'spark 5090' is not a valid name (1-63 letters, digits, '-', '_', "
+        "'.', beginning and ending with a letter or digit)",
+    ),
+    (
+        "empty api_key_file",
+        [("port = 8000", f'port = 8000\napi_key_file = "" {MARK}')],
+        "server.api_key_file: String should have at least 1 character, got ''",
+    ),
+    (
+        "two nodes at one specd",
+        [('specd = "desktop.local:7601"', f'specd = "spark.local:7601" {MARK}')],
+        "nodes[1].specd: spark.local:7601 is also nodes[0]'s specd: one machine is one node "
+        "(several GPUs of it go in its gpus)",
+    ),
+    (
         "model directory that does not exist",
         [(EIGHT_B_PATH, f'path = "/nonexistent/llama-8b" {MARK}')],
         "models[1].path: model directory /nonexistent/llama-8b does not exist",
