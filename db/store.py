@@ -181,7 +181,10 @@ class Store:
 
     def _read(self, query: Callable[[Session], T]) -> T:
         with self._errors_named(), Session(self._engine, expire_on_commit=False) as session:
-            result = query(session)
+            try:
+                result = query(session)
+            except ValueError as error:  # a JSON column that is not JSON: a damaged row
+                raise StoreError(f"{self.path}: a damaged row ({error})") from None
             session.commit()  # ends the read transaction (its snapshot) at once
             return result
 

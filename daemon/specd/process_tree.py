@@ -24,6 +24,32 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()
 
 
+def process_start_time(pid: int) -> float | None:
+    """When the process started, in seconds since the epoch (None: no such process)."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        boot = next(
+            float(line.split()[1])
+            for line in (_PROC / "stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError):
+        return None
+    # fields[19] is starttime (field 22 of stat): clock ticks after boot
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_argv(pid: int) -> list[str] | None:
+    """The process's command line (None: no such process, or not readable)."""
+    try:
+        raw = (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
 def session_pids(session_id: int) -> list[int]:
     """Live (not zombie) processes whose session id is `session_id`."""
     pids = []

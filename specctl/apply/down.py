@@ -10,12 +10,12 @@ from db import Store
 from db.errors import StoreError
 from specctl.apply.cluster_up import take_down_nodes
 from specctl.apply.events import ApplyEvents
-from specctl.apply.state import AppliedState
+from specctl.apply.state import AppliedState, StateError
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalNodeSpec
 from specctl.deploy.actors import kill_actor
 from specctl.deploy.ray_connect import RayConnectError, connect, disconnect
-from specctl.deploy.server_process import ServerRecord, stop_server
+from specctl.deploy.server_process import ServerRecord, ServerRecordError, stop_server
 from specctl.home import SpecctlHome
 
 logger = logging.getLogger(__name__)
@@ -25,7 +25,11 @@ def take_down(home: SpecctlHome, events: ApplyEvents) -> list[int]:
     """Stop the deployment recorded under `home`; returns pids that would not die (empty:
     clean). Safe to run twice, and after a partial apply."""
     leftover: list[int] = []
-    record = ServerRecord.load(home.server_file)
+    try:
+        record = ServerRecord.load(home.server_file)
+    except ServerRecordError as exc:  # the server may still run: nothing is taken down
+        events.step("server", "failed", str(exc))
+        raise
     if record is not None and record.is_alive():
         events.step("server", "started", f"stopping pid {record.pid}")
         leftover += stop_server(record)
@@ -35,19 +39,30 @@ def take_down(home: SpecctlHome, events: ApplyEvents) -> list[int]:
     if state is None:
         events.step("deployment", "skipped", "nothing applied")
         return leftover
+    if state.local_root and not _is_ray_root(home, Path(state.local_root)):
+        raise StateError(
+            f"{home.state_file}: local_root {state.local_root!r} is not this home's directory "
+            f"for local Ray nodes ({home.ray_root}); state.json may be another home's"
+        )
     _kill_shards(state, events)
     events.step("ray nodes", "started", f"{len(state.nodes)} node(s)")
     local = None
-    if state.local_root:
+    if state.local_root and state.local_nodes:
         specs = [LocalNodeSpec(name) for name in state.local_nodes]
         local = LocalCluster(specs, Path(state.local_root), Path(state.token_file))
     leftover += take_down_nodes(state.nodes, local)
     if state.local_root and not leftover:  # Ray's logs and sockets of nodes now gone
         shutil.rmtree(state.local_root, ignore_errors=True)
     events.step("ray nodes", "done" if not leftover else "failed", _survivors(leftover))
-    _mark_stopped(home, state)
-    home.state_file.unlink(missing_ok=True)
+    if _mark_stopped(home, state):  # else kept: `down` again records it (the rest is done)
+        home.state_file.unlink(missing_ok=True)
     return leftover
+
+
+def _is_ray_root(home: SpecctlHome, path: Path) -> bool:
+    """Whether `path` is this home's directory for local Ray nodes: the only one `down`
+    deletes (a state.json naming another directory had it deleted)."""
+    return path.resolve() == home.ray_root.resolve()
 
 
 def _kill_shards(state: AppliedState, events: ApplyEvents) -> None:
@@ -67,14 +82,22 @@ def _kill_shards(state: AppliedState, events: ApplyEvents) -> None:
     events.step("shards", "done")
 
 
-def _mark_stopped(home: SpecctlHome, state: AppliedState) -> None:
+def _mark_stopped(home: SpecctlHome, state: AppliedState) -> bool:
+    """Record the deployment as stopped; False where the store would not (busy, damaged)."""
     if not state.deployment_id:
-        return
+        return True
     try:
         with Store.open(home.db_file, role="writer") as store:
             store.set_deployment_status(state.deployment_id, "stopped")
     except StoreError as exc:
-        logger.warning("could not record the deployment as stopped: %s", exc)
+        logger.warning(
+            "could not record the deployment as stopped: %s; its processes are stopped, and "
+            "`specctl down` again records it (%s is kept until then)",
+            exc,
+            home.state_file,
+        )
+        return False
+    return True
 
 
 def _survivors(pids: list[int]) -> str:

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 STATE_VERSION = 1
 
 
@@ -79,24 +81,28 @@ class AppliedState:
     def load(path: Path) -> "AppliedState | None":
         """The state in `path`, or None when nothing was applied."""
         try:
-            raw: dict[str, Any] = json.loads(path.read_text())
+            text = path.read_text()
+            raw: dict[str, Any] = json.loads(text)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             raise StateError(f"{path}: unreadable deployment state ({exc})") from None
+        if not isinstance(raw, dict):
+            raise StateError(f"{path}: malformed deployment state (not a JSON object)")
         if raw.get("version") != STATE_VERSION:
             raise StateError(
                 f"{path}: deployment state version {raw.get('version')!r}, expected "
                 f"{STATE_VERSION}; run `specctl down` with the specctl that applied it"
             )
-        try:
-            return AppliedState(
-                **{
-                    **raw,
-                    "nodes": [NodeState(**n) for n in raw.get("nodes", [])],
-                    "shards": [ShardState(**s) for s in raw.get("shards", [])],
-                    "server": ServerState(**raw["server"]) if raw.get("server") else None,
-                }
-            )
-        except TypeError as exc:
-            raise StateError(f"{path}: malformed deployment state ({exc})") from None
+        try:  # every field its type: `down` signals and deletes what this file names
+            return _STATE.validate_json(text, strict=True)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or "the whole file"
+            raise StateError(
+                f"{path}: malformed deployment state ({where}: {error['msg']}, got "
+                f"{error.get('input')!r:.80})"
+            ) from None
+
+
+_STATE = TypeAdapter(AppliedState)

@@ -15,7 +15,7 @@ import httpx
 
 from db import MetricSample, Store, StoreError
 from specctl.apply.state import AppliedState, StateError
-from specctl.deploy.server_process import ServerRecord
+from specctl.deploy.server_process import ServerRecord, ServerRecordError
 from specctl.home import SpecctlHome
 
 STATUS_ROUTE = "/specctl/status"
@@ -83,7 +83,11 @@ def read_status(home: SpecctlHome) -> StatusReport:
         nodes=[{"name": n.name, "kind": n.kind, "address": n.address} for n in state.nodes],
         shards=[ShardLine(s.actor, s.role, s.replica, s.node, "unknown") for s in state.shards],
     )
-    record = ServerRecord.load(home.server_file)
+    try:
+        record = ServerRecord.load(home.server_file)
+    except ServerRecordError as exc:
+        record = None
+        report.problems.append(str(exc))
     if record is None or not record.is_alive():
         report.problems.append("the serving process is not running (run `specctl apply` again)")
     else:
@@ -120,11 +124,16 @@ def _live(state: AppliedState, problems: list[str]) -> LiveFigures | None:
     except StoreError as exc:
         problems.append(f"metrics history unreadable: {exc}")
         return None
-    return summarise(samples, now) if samples else None
+    try:
+        return summarise(samples, now) if samples else None
+    except (TypeError, ValueError) as exc:  # SQLite keeps what a writer put, of any type
+        problems.append(f"metrics history unreadable: {state.db_path}: a damaged sample ({exc})")
+        return None
 
 
 def summarise(samples: list[MetricSample], now_unix_s: float) -> LiveFigures:
     drafted = [s for s in samples if s.acceptance_rate is not None]
+    lengths = [s.mean_acceptance_length for s in drafted if s.mean_acceptance_length is not None]
     with_ttft = [s for s in samples if s.ttft_p50_ms is not None]
     busy = [s.tokens_per_s for s in samples if s.tokens_per_s > 0]
     with_k = [s.k_in_use for s in samples if s.k_in_use is not None]
@@ -136,11 +145,7 @@ def summarise(samples: list[MetricSample], now_unix_s: float) -> LiveFigures:
         acceptance_rate=statistics.fmean(s.acceptance_rate for s in drafted)  # type: ignore[misc]
         if drafted
         else None,
-        mean_acceptance_length=statistics.fmean(
-            s.mean_acceptance_length for s in drafted if s.mean_acceptance_length is not None
-        )
-        if drafted
-        else None,
+        mean_acceptance_length=statistics.fmean(lengths) if lengths else None,
         ttft_p50_ms=with_ttft[-1].ttft_p50_ms if with_ttft else None,
         batch_size=max(s.batch_size for s in samples),
         k_in_use=statistics.fmean(with_k) if with_k else None,

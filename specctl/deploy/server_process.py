@@ -13,15 +13,20 @@ from pathlib import Path
 
 import httpx
 
-from daemon.specd.process_tree import end_session, session_pids
+from daemon.specd.process_tree import end_session, process_argv, process_start_time, session_pids
 
 HEALTH_POLL_S = 0.25
 STOP_GRACE_S = 15.0
 LOG_TAIL_CHARS = 3000
+START_SLACK_S = 5.0  # the record is written just after the process starts: it started before
 
 
 class ServerProcessError(Exception):
     """The serving process did not start, did not become healthy, or would not stop."""
+
+
+class ServerRecordError(ServerProcessError):
+    """server.json is there but cannot be trusted; the message names it and says why."""
 
 
 @dataclass(slots=True)
@@ -39,13 +44,51 @@ class ServerRecord:
 
     @staticmethod
     def load(path: Path) -> "ServerRecord | None":
+        """The record, None where there is none; ServerRecordError where the file is not one
+        (its pid is what `down` signals: a pid of 0 is every process outside a session, and
+        a damaged file deleted as if nothing ran left the server running)."""
         try:
-            return ServerRecord(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError) as exc:
+            raise ServerRecordError(_unusable(path, f"cannot read it ({exc})")) from None
+        if not isinstance(raw, dict):
+            raise ServerRecordError(_unusable(path, "not a JSON object"))
+        checks = {
+            "pid": lambda v: type(v) is int and v > 1,
+            "url": lambda v: isinstance(v, str),
+            "argv": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+            "fingerprint": lambda v: isinstance(v, str),
+            "started_at": lambda v: type(v) in (int, float),
+        }
+        for name, check in checks.items():
+            if name not in raw or not check(raw[name]):
+                shown = "missing" if name not in raw else repr(raw[name])
+                raise ServerRecordError(_unusable(path, f"field {name}: {shown}"))
+        return ServerRecord(**{name: raw[name] for name in checks})
+
+    def session(self) -> list[int]:
+        """The live processes of the serving process's session; none where its pid now
+        belongs to another program (the server ended and the pid was reused: a session leader
+        of the pid that is not `specctl serve`, or one started after this record)."""
+        pids = session_pids(self.pid)
+        if self.pid in pids and not self._is_ours():
+            return []
+        return pids
 
     def is_alive(self) -> bool:
-        return bool(session_pids(self.pid))
+        return bool(self.session())
+
+    def _is_ours(self) -> bool:
+        argv = process_argv(self.pid) or []
+        started = process_start_time(self.pid)
+        return (
+            "specctl.cli" in argv
+            and "serve" in argv
+            and started is not None
+            and started <= self.started_at + START_SLACK_S
+        )
 
 
 def start_server(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
@@ -86,8 +129,18 @@ def wait_healthy(
 
 
 def stop_server(record: ServerRecord, grace_s: float = STOP_GRACE_S) -> list[int]:
-    """SIGTERM the serving process's session, SIGKILL what is left; returns survivors."""
+    """SIGTERM the serving process's session, SIGKILL what is left; returns survivors. Nothing
+    where the session is gone or its pid is another program's now (ServerRecord.session)."""
+    if not record.session():
+        return []
     return end_session(record.pid, grace_s)
+
+
+def _unusable(path: Path, why: str) -> str:
+    return (
+        f"{path}: not a serving-process record: {why}. Stop the `specctl serve` it was "
+        "written for, if one still runs, and remove the file"
+    )
 
 
 def _tail(path: Path) -> str:

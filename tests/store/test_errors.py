@@ -154,3 +154,19 @@ def test_exclusively_locked_file_makes_a_reader_busy_not_frozen(tmp_path: Path) 
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_a_damaged_row_is_a_store_error_naming_the_file(tmp_path: Path) -> None:
+    """A JSON column holding what is not JSON (another writer, a bad disk): a StoreError,
+    not the JSONDecodeError that gave `specctl status` a traceback."""
+    path = tmp_path / "specctl.db"
+    with Store.open(path, role="writer") as store:
+        deployment = store.add_deployment(deployment_row())
+        store.write(WriteBatch(metric_samples=[sample(deployment, time.time())]))
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE metric_sample SET per_position_acceptance = 'not json'")
+    with (
+        Store.open(path, role="reader") as store,
+        pytest.raises(StoreError, match=rf"^{path}: a damaged row \("),
+    ):
+        store.samples_since(deployment, 0.0)
