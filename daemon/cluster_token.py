@@ -30,17 +30,25 @@ def write_token(path: Path, token: str, force: bool) -> None:
     Refuses to replace an existing file unless `force`: replacing the token locks every node
     out until the new one is installed there.
     """
+    if not path.name or path.is_dir():
+        raise TokenError(f"{path}: a directory; the token file is a file (give its path)")
     if path.exists() and not force:
         raise TokenError(f"{path}: a token already exists; pass --force to replace it")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise TokenError(f"{path}: {path.parent} is a file, not a directory")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp_path = path.with_name(f".{path.name}.tmp")
     tmp_path.unlink(missing_ok=True)
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, TOKEN_FILE_MODE)
-    with os.fdopen(fd, "w") as file:
-        file.write(token + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp_path, path)
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(token + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)  # a secret must not be left under another name
+        raise
 
 
 def read_token(path: Path) -> str:

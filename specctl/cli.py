@@ -5,6 +5,7 @@ imports textual.
 `specctl` with no command opens the TUI (`tui/`), and so does `specctl FILE.toml`: a first
 argument that is not a command is the cluster file to open."""
 
+import math
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -342,8 +343,8 @@ def plan_command(
 
     if probe and offline:
         fail("--probe and --offline contradict each other; give one")
-    if timeout_s <= 0:
-        fail(f"--timeout must be > 0 seconds, got {timeout_s}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):  # NaN and inf pass a comparison
+        fail(f"--timeout must be a finite number > 0 (seconds), got {timeout_s}")
     run_plan(
         config_file, as_json, "probe" if probe else "offline" if offline else "auto", timeout_s
     )
@@ -363,8 +364,8 @@ def apply_command(
 ) -> None:
     from specctl.commands.deployment import run_apply
 
-    if load_timeout_s <= 0:
-        fail(f"--load-timeout must be > 0 seconds, got {load_timeout_s}")
+    if not (math.isfinite(load_timeout_s) and load_timeout_s > 0):  # NaN waited for ever
+        fail(f"--load-timeout must be a finite number > 0 (seconds), got {load_timeout_s}")
     raise typer.Exit(run_apply(config_file, as_json, load_timeout_s))
 
 

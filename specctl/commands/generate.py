@@ -44,20 +44,39 @@ def read_prompts(prompt: list[str] | None, prompt_file: Path | None) -> list[str
     if bool(prompt) == (prompt_file is not None):
         raise RequestError("give either --prompt or --prompt-file (exactly one of them)")
     if prompt:
+        for i, text in enumerate(prompt):
+            _check_text(text, f"--prompt #{i + 1}")
         return list(prompt)
     assert prompt_file is not None
     try:
-        lines = prompt_file.read_text().splitlines()
+        text = prompt_file.read_text(encoding="utf-8")
     except OSError as exc:
         raise RequestError(f"--prompt-file {prompt_file}: cannot read ({exc.strerror})") from exc
-    if prompt_file.suffix == ".jsonl":
-        return [
+    except UnicodeDecodeError as exc:
+        raise RequestError(
+            f"--prompt-file {prompt_file}: not UTF-8 text (byte {exc.start})"
+        ) from None
+    # lines end at "\n" alone: str.splitlines() also split at U+2028, U+0085, form feeds, which
+    # JSON keeps raw inside strings and a text prompt may hold
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if prompt_file.suffix.lower() in (".jsonl", ".ndjson"):
+        prompts = [
             _jsonl_prompt(prompt_file, n, line) for n, line in enumerate(lines, 1) if line.strip()
         ]
-    prompts = [line for line in lines if line.strip()]
+    else:
+        prompts = [line for line in lines if line.strip()]
     if not prompts:
         raise RequestError(f"--prompt-file {prompt_file}: no prompts in it")
     return prompts
+
+
+def _check_text(text: str, where: str) -> None:
+    """A prompt the tokenizer can take: bytes that are not UTF-8 reach Python as lone
+    surrogates (an argument decoded with surrogateescape), and the tokenizer raised on them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(f"{where}: not valid UTF-8 text (character {exc.start})") from None
 
 
 def _jsonl_prompt(path: Path, line_no: int, line: str) -> str:
@@ -67,6 +86,7 @@ def _jsonl_prompt(path: Path, line_no: int, line: str) -> str:
         raise RequestError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from exc
     if not isinstance(value, dict) or not isinstance(value.get("prompt"), str):
         raise RequestError(f'{path}:{line_no}: expected an object with a string field "prompt"')
+    _check_text(value["prompt"], f"{path}:{line_no}")
     return value["prompt"]
 
 

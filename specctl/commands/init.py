@@ -10,11 +10,17 @@ NODE_TOKEN_PATH = "/etc/specd/cluster.token"
 
 
 def run_init(token_file: str, force: bool) -> None:
+    if not token_file.strip():
+        typer.echo("specctl: error: --token-file is empty; give the token file's path", err=True)
+        raise typer.Exit(code=2)
     path = Path(token_file).expanduser()
     try:
         write_token(path, generate_token(), force=force)
-    except (TokenError, OSError) as error:
-        typer.echo(f"error: {error}", err=True)
+    except TokenError as error:  # what is wrong with the path given: a usage error
+        typer.echo(f"specctl: error: {error}", err=True)
+        raise typer.Exit(code=2) from None
+    except OSError as error:
+        typer.echo(f"specctl: error: {path}: cannot write the token ({error.strerror})", err=True)
         raise typer.Exit(code=1) from None
     typer.echo(_instructions(path))
 

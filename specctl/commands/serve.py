@@ -9,6 +9,7 @@ stops, and the process exits 0.
 
 import asyncio
 import logging
+import math
 import signal
 import socket
 import sys
@@ -230,8 +231,12 @@ def configure(opts: ServeOptions) -> None:
         raise ServeError(f"--log-level must be one of {', '.join(LOG_LEVELS).lower()}")
     if opts.threads is not None and opts.threads < 1:
         raise ServeError(f"--threads must be >= 1, got {opts.threads}")
-    if opts.graceful_timeout_s < 0:
-        raise ServeError(f"--graceful-timeout-s must be >= 0, got {opts.graceful_timeout_s}")
+    if not (math.isfinite(opts.graceful_timeout_s) and opts.graceful_timeout_s >= 0):
+        raise ServeError(
+            f"--graceful-timeout-s must be a finite number >= 0, got {opts.graceful_timeout_s}"
+        )
+    if not 1 <= opts.port <= 65535:
+        raise ServeError(f"--port must be in 1..65535, got {opts.port}")
     logging.basicConfig(level=opts.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)

@@ -13,10 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from daemon.runtime.sampling.params import MAX_STOP_STRING_BYTES, MAX_STOP_STRINGS, MAX_TOP_K
+from daemon.runtime.sampling.params import (
+    MAX_SEED,
+    MAX_STOP_STRING_BYTES,
+    MAX_STOP_STRINGS,
+    MAX_TOP_K,
+    MIN_SEED,
+)
 
-MIN_SEED = -(2**63)  # the range torch.Generator.manual_seed takes
-MAX_SEED = 2**64 - 1
 MAX_TEMPERATURE = 100.0  # the engine's limit (OpenAI documents 0..2; vLLM takes more)
 MAX_STOP_TOKEN_IDS = 64
 

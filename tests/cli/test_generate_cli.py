@@ -152,3 +152,54 @@ def test_bad_jsonl_line(models: dict[str, Path], tmp_path: Path) -> None:
 def test_bad_sampling_parameter(models: dict[str, Path]) -> None:
     proc = specctl("generate", "--target", models["target"], "--prompt", "x", "--top-p", "0")
     assert_clean_error(proc, "top_p")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        ("bin.txt", b"\xff\xfe\x00\x81 not text", "not UTF-8 text (byte 0)"),
+        ("empty.jsonl", b"\n  \n", "no prompts in it"),
+        ("surrogate.jsonl", b'{"prompt": "a\\ud800"}\n', "surrogate.jsonl:1: not valid UTF-8 text"),
+    ],
+)
+def test_prompt_files_that_hold_no_usable_prompt(
+    models: dict[str, Path], tmp_path: Path, name: str, content: bytes, needle: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert_clean_error(
+        specctl("generate", "--target", models["target"], "--prompt-file", path), needle
+    )
+
+
+def test_prompt_file_lines_end_at_newlines_only(models: dict[str, Path], tmp_path: Path) -> None:
+    """U+2028 inside a JSON string, a form feed inside a text line: one prompt each, as
+    written (str.splitlines() split both, and the JSON line failed to parse)."""
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text(json.dumps({"prompt": "a\u2028b"}, ensure_ascii=False) + "\n")
+    text = tmp_path / "p.txt"
+    text.write_text("first\x0cstill first\r\nsecond\n")
+    for path, count in ((jsonl, 1), (text, 2)):
+        proc = specctl(
+            "generate", "--target", models["target"], "--prompt-file", path,
+            "--max-tokens", "2", "--json",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert len(proc.stdout.strip().splitlines()) == count
+
+
+def test_seed_outside_what_torch_takes(models: dict[str, Path]) -> None:
+    proc = specctl(
+        "generate", "--target", models["target"], "--prompt", "x", "--temperature", "1",
+        "--seed", str(2**64),
+    )  # fmt: skip
+    assert_clean_error(proc, "seed must be in [-9223372036854775808, 18446744073709551615]")
+
+
+def test_a_prompt_argument_that_is_not_utf8(models: dict[str, Path]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "specctl.cli", "generate", "--target", str(models["target"]),
+         "--prompt", b"ok \xff\xfe"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert_clean_error(proc, "--prompt #1: not valid UTF-8 text")

@@ -32,10 +32,28 @@ def test_init_refuses_to_replace_without_force(tmp_path: Path) -> None:
     assert _init("--token-file", str(path))[0] == 0
     first = read_token(path)
     code, output = _init("--token-file", str(path))
-    assert code == 1 and "--force" in output and "Traceback" not in output
+    assert code == 2 and "--force" in output and "Traceback" not in output
     assert read_token(path) == first
     assert _init("--token-file", str(path), "--force")[0] == 0
     assert read_token(path) != first
+
+
+@pytest.mark.parametrize("where", ["empty", "directory", "under a file"])
+def test_init_names_a_path_that_cannot_hold_a_token(tmp_path: Path, where: str) -> None:
+    """An empty path was a ValueError traceback; a directory with --force left a secret
+    behind as `.NAME.tmp`; a path under a file said only "File exists"."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    given, expected = {
+        "empty": ("", "--token-file is empty"),
+        "directory": (str(tmp_path / "dir"), "a directory; the token file is a file"),
+        "under a file": (str(tmp_path / "file" / "tok"), "is a file, not a directory"),
+    }[where]
+    code, output = _init("--token-file", given, "--force")
+    assert code == 2, output
+    assert output.startswith("specctl: error: ") and expected in output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "file"]
+    assert list((tmp_path / "dir").iterdir()) == []
 
 
 def test_two_tokens_differ(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from daemon.runtime.errors import RequestError
 
 MAX_STOP_STRINGS = 16
+MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed takes
 MAX_STOP_STRING_BYTES = 512  # UTF-8 bytes of one stop string (stop.py looks back that far)
 MAX_TOP_K = 2**31 - 1  # past any vocabulary; keeps top_k a machine integer
 # Temperatures below this sample greedily, as vLLM does: the distribution's limit as T -> 0
@@ -33,6 +34,8 @@ class SamplingParams:
             raise RequestError(f"temperature must be in [0, 100], got {self.temperature}")
         if self.temperature < MIN_TEMPERATURE:
             self.temperature = 0.0
+        if self.seed is not None and not MIN_SEED <= self.seed <= MAX_SEED:
+            raise RequestError(f"seed must be in [{MIN_SEED}, {MAX_SEED}], got {self.seed}")
         if not 0.0 < self.top_p <= 1.0:
             raise RequestError(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0 <= self.top_k <= MAX_TOP_K:
