@@ -9,7 +9,7 @@ without bound.
 
 import threading
 
-from db.errors import StoreBusyError
+from db.errors import RowsRefusedError, StoreBusyError, StoreError
 from db.store import Store
 from db.tables import GpuRow, GpuSample, MetricSample, NodeRow, RequestRecord
 from db.writes import WriteBatch
@@ -23,7 +23,7 @@ class BatchWriter:
             raise ValueError("BatchWriter needs a store opened with role='writer'")
         self.store = store
         self.max_pending_rows = max_pending_rows
-        self.num_dropped_rows = 0  # rows given up after the store stayed busy too long
+        self.num_dropped_rows = 0  # rows given up: the store stayed busy too long, or refused them
         self._lock = threading.Lock()
         self._pending = WriteBatch()
 
@@ -52,7 +52,11 @@ class BatchWriter:
 
     def flush(self) -> int:
         """Write everything pending in one transaction; returns the rows written (0 when the
-        store was busy: the rows wait for the next flush). Other StoreErrors propagate."""
+        store was busy: the rows wait for the next flush). Where the store refuses the
+        transaction, each row is written alone: the refused ones are dropped and counted
+        (RowsRefusedError, after the others are in), and where it refuses every one (the file
+        went away, a full disk) they all wait for the next flush and the error propagates.
+        One sample with a NaN in a NOT NULL column took the whole second's rows with it."""
         with self._lock:
             batch, self._pending = self._pending, WriteBatch()
         try:
@@ -60,7 +64,33 @@ class BatchWriter:
         except StoreBusyError:
             self._put_back(batch)
             return 0
+        except StoreError as error:
+            return self._write_alone(batch, error)
         return batch.num_rows
+
+    def _write_alone(self, batch: WriteBatch, error: StoreError) -> int:
+        written, refused = 0, []
+        for unit in _units(batch):
+            try:
+                self.store.write(unit)
+            except StoreBusyError:
+                self._put_back(unit)
+            except StoreError as exc:
+                refused.append(unit)
+                error = exc
+            else:
+                written += unit.num_rows
+        if refused and not written:  # the store, not the rows: keep them all
+            for unit in refused:
+                self._put_back(unit)
+            raise error
+        if refused:
+            num_refused = sum(unit.num_rows for unit in refused)
+            self.num_dropped_rows += num_refused
+            raise RowsRefusedError(
+                f"{num_refused} row(s) refused and dropped ({error}); {written} written", written
+            )
+        return written
 
     def _put_back(self, batch: WriteBatch) -> None:
         with self._lock:
@@ -69,6 +99,16 @@ class BatchWriter:
             excess = self._pending.num_rows - self.max_pending_rows
             if excess > 0:
                 self.num_dropped_rows += _drop_oldest(self._pending, excess)
+
+
+def _units(batch: WriteBatch) -> list[WriteBatch]:
+    """The batch as batches of one row each; a node's state (its row and its GPUs') one."""
+    units = [WriteBatch(metric_samples=[row]) for row in batch.metric_samples]
+    units += [WriteBatch(gpu_samples=[row]) for row in batch.gpu_samples]
+    units += [WriteBatch(request_records=[row]) for row in batch.request_records]
+    if batch.nodes or batch.gpus:
+        units.append(WriteBatch(nodes=list(batch.nodes), gpus=list(batch.gpus)))
+    return units
 
 
 def _drop_oldest(batch: WriteBatch, num_rows: int) -> int:

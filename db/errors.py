@@ -11,3 +11,12 @@ class StoreBusyError(StoreError):
     Callers that refresh periodically (the TUI, `specctl status --watch`) keep what they last
     showed and try again on the next tick.
     """
+
+
+class RowsRefusedError(StoreError):
+    """Some rows of a flush were refused by the store (a NaN in a NOT NULL column) and dropped;
+    the others were written (`written`)."""
+
+    def __init__(self, message: str, written: int) -> None:
+        super().__init__(message)
+        self.written = written

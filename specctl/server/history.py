@@ -17,7 +17,7 @@ from daemon.runtime.engine.loop import LoopOutput
 from daemon.runtime.engine.request import RequestDelta
 from db import MetricSample, RequestRecord, Store
 from db.batch_writer import BatchWriter
-from db.errors import StoreError
+from db.errors import RowsRefusedError, StoreError
 from specctl.server.frontend import RequestTiming
 from specctl.server.snapshot import MetricsSnapshot
 
@@ -119,5 +119,8 @@ class HistoryRecorder:
     def _flush(self) -> None:
         try:
             self.num_written_rows += self._writer.flush()
+        except RowsRefusedError as exc:  # the others are in
+            self.num_written_rows += exc.written
+            logger.warning("metrics history: %s", exc)
         except StoreError as exc:  # the file went away or is unwritable: say so, keep serving
             logger.warning("metrics history not written: %s", exc)

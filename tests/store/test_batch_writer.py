@@ -5,7 +5,10 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from db import BatchWriter, GpuRow, NodeRow, Store, WriteBatch
+import pytest
+
+from db import BatchWriter, GpuRow, NodeRow, Store, StoreError, WriteBatch
+from db.errors import RowsRefusedError
 
 from .helpers import deployment_row, request, sample
 
@@ -88,3 +91,34 @@ def test_one_reader_store_serves_several_threads_while_a_writer_writes(tmp_path:
     assert [s.time_unix_s - now for s in last_15_s] == [45.0, 46.0, 47.0, 48.0, 49.0]
     writer_store.close()
     reader.close()
+
+
+def test_a_refused_row_does_not_take_the_others_with_it(tmp_path: Path) -> None:
+    """A sample whose tokens/s is NaN (NULL in a NOT NULL column): the transaction fails;
+    the other rows are written one by one and it alone is dropped and counted."""
+    path = tmp_path / "s.db"
+    with Store.open(path, role="writer") as store:
+        deployment_id = store.add_deployment(deployment_row())
+        writer = BatchWriter(store)
+        for i in range(5):
+            writer.add_sample(sample(deployment_id, 1000.0 + i))
+        writer.add_sample(sample(deployment_id, 1010.0, tokens_per_s=float("nan")))
+        writer.add_request(request(deployment_id, 1000.0, "kept"))
+        with pytest.raises(RowsRefusedError, match=r"1 row\(s\) refused and dropped .*; 6 written"):
+            writer.flush()
+        assert writer.num_dropped_rows == 1 and writer.num_pending_rows == 0
+        assert len(store.samples_since(deployment_id, 0.0)) == 5
+        assert [r.request_id for r in store.recent_requests()] == ["kept"]
+
+
+def test_a_store_that_refuses_every_row_keeps_them_for_the_next_flush(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store.open(path, role="writer") as store:
+        deployment_id = store.add_deployment(deployment_row())
+        writer = BatchWriter(store)
+        writer.add_sample(sample(deployment_id, 1000.0))
+        with sqlite3.connect(path) as raw:  # the table gone: every write fails
+            raw.execute("ALTER TABLE metric_sample RENAME TO gone")
+        with pytest.raises(StoreError):
+            writer.flush()
+        assert writer.num_pending_rows == 1 and writer.num_dropped_rows == 0
