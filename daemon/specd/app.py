@@ -77,7 +77,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
+    async def health() -> dict[str, str]:  # on the event loop: never behind the thread pool
         return {"status": "ok"}
 
     @app.get("/v1/inventory", responses=_ERRORS)

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 logger = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/health"})
+MAX_LOGGED_PATH = 200  # characters of a refused request's path in the log
 _BEARER = "bearer "
 
 
@@ -49,10 +50,10 @@ class BearerAuthMiddleware:
             return
         client = scope.get("client") or ("unknown", 0)
         reason = "missing" if presented is None else "wrong"
-        logger.warning(
-            "rejected %s %s from %s: %s bearer token",
+        logger.warning(  # the path is the caller's: repr'd (a newline forged a log line) and cut
+            "rejected %s %r from %s: %s bearer token",
             scope["method"],
-            scope["path"],
+            scope["path"][:MAX_LOGGED_PATH],
             client[0],
             reason,
         )

@@ -23,10 +23,11 @@ def _root() -> None:
 
 @app.command("run", help="Serve the node API (inventory, Ray start/stop/status, logs).")
 def run_command(
-    host: str | None = typer.Option(None, "--host", help="Bind address [127.0.0.1]."),
-    port: int | None = typer.Option(None, "--port", help="API port [7601]."),
+    # defaults in parentheses: "[/etc/...]" read as a closing Rich markup tag, and --help crashed
+    host: str | None = typer.Option(None, "--host", help="Bind address (127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", help="API port (7601)."),
     token_file: str | None = typer.Option(
-        None, "--token-file", help="Cluster token file [/etc/specd/cluster.token]."
+        None, "--token-file", help="Cluster token file (/etc/specd/cluster.token)."
     ),
     config_file: Path | None = typer.Option(None, "--config", help="specd.toml to read."),
 ) -> None:
@@ -49,7 +50,7 @@ def run_command(
         raise typer.Exit(code=2) from None
     inventory = functools.partial(collect_inventory, config.node_name)
     logging.getLogger("daemon.specd").info("node %s: %s", config.node_name, inventory().summary())
-    ray_node = RayNode(config, token_path, inventory)
+    ray_node = RayNode(config, token_path, inventory, token)
     api = create_app(config, token, token_path, ray_node, inventory)
     uvicorn.run(api, host=config.host, port=config.port, log_config=None, access_log=False)
 

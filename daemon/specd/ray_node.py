@@ -2,14 +2,18 @@
 a lock serialises start and stop, and a state file lets a restarted specd find the Ray node
 it started before."""
 
+import contextlib
 import json
 import logging
+import os
+import re
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from daemon.cluster_token import TokenError, read_token
 from daemon.specd.address import is_reachable, parse_address
 from daemon.specd.api_models import RayStartRequest
 from daemon.specd.config import SpecdConfig
@@ -22,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE_NAME = "ray-node.json"
 START_LOG_NAME = "ray-start.log"
-ERROR_TAIL_CHARS = 2000
+MAX_CAUSE_CHARS = 300  # of the line of a failed `ray start`'s log said in the response
+LOCK_WAIT_S = 1.0  # a start or stop waits this long for one in progress, then 409
 
 
 class RayNodeError(Exception):
@@ -45,10 +50,17 @@ class RunningNode:
 
 class RayNode:
     def __init__(
-        self, config: SpecdConfig, token_file: Path, inventory: Callable[[], Inventory]
+        self,
+        config: SpecdConfig,
+        token_file: Path,
+        inventory: Callable[[], Inventory],
+        token: str | None = None,
     ) -> None:
+        """token: what the API checks, read at start-up; a `ray start` refuses a token file
+        that no longer holds it (None: not checked)."""
         self._config = config
         self._token_file = token_file
+        self._token = token
         self._inventory = inventory
         self._lock = threading.Lock()
         self._state_file = Path(config.state_dir) / STATE_FILE_NAME
@@ -56,14 +68,18 @@ class RayNode:
 
     @property
     def running(self) -> RunningNode | None:
-        with self._lock:
-            return self._running if self._is_alive(self._running) else None
+        """The node, if its processes live. Read without the lock: a status must not wait
+        out a start (a start waits up to start_timeout_s for `ray start`, and every status
+        of a polling TUI queued behind it took the thread pool, /health included)."""
+        node = self._running
+        return node if self._is_alive(node) else None
 
     def start(self, request: RayStartRequest) -> tuple[RunningNode, bool]:
         """Start Ray as asked; (node, False) when it already runs exactly so (a no-op)."""
-        with self._lock:
+        with self._locked("start"):
             if self._is_alive(self._running):
                 return self._same_or_conflict(request), False
+            self._check_token()
             node = self._start_locked(request)
             self._running = node
             self._save(node)
@@ -71,14 +87,44 @@ class RayNode:
 
     def stop(self) -> tuple[bool, list[int]]:
         """Stop every process of this node's Ray; (was_running, pids that would not die)."""
-        with self._lock:
+        with self._locked("stop"):
             node, self._running = self._running, None
-            self._state_file.unlink(missing_ok=True)
             if node is None:
+                self._state_file.unlink(missing_ok=True)
                 return False, []
             leftover = end_session(node.session_id, self._config.ray.stop_grace_s)
             logger.info("ray stopped (session %d, %d left over)", node.session_id, len(leftover))
+            if leftover:  # kept, so that a second stop tries them again
+                self._running = node
+            else:
+                self._state_file.unlink(missing_ok=True)
             return True, leftover
+
+    @contextlib.contextmanager
+    def _locked(self, what: str) -> Iterator[None]:
+        """The start/stop lock, or a 409 within LOCK_WAIT_S: requests queued behind a start
+        that hung ran one after another long after their clients gave up."""
+        if not self._lock.acquire(timeout=LOCK_WAIT_S):
+            raise RayNodeError(409, f"a Ray start or stop is in progress here; {what} again later")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _check_token(self) -> None:
+        """The token file `ray start` will read holds the token the API checks: a file
+        replaced since specd started (`specctl init --force`) guarded Ray with another secret,
+        and one holding anything at all was handed to Ray as it was."""
+        try:
+            current = read_token(self._token_file)
+        except TokenError as exc:
+            raise RayNodeError(409, str(exc)) from None
+        if self._token is not None and current != self._token:
+            raise RayNodeError(
+                409,
+                f"{self._token_file}: the token changed since specd started; restart specd so "
+                "that its API and Ray check the same one",
+            )
 
     def _same_or_conflict(self, request: RayStartRequest) -> RunningNode:
         node = self._running
@@ -90,6 +136,16 @@ class RayNode:
                 f"Ray already runs here as {node.role} of {node.gcs_address}; "
                 "POST /v1/ray/stop first",
                 "role",
+            )
+        # labels asked for must be the node's (a start with other labels answered "already
+        # running as asked" and dropped them); labels not asked about are no difference
+        differ = {k: v for k, v in request.labels.items() if node.labels.get(k) != v}
+        if differ:
+            raise RayNodeError(
+                409,
+                f"Ray already runs here without labels {differ} (a running node's labels do "
+                "not change): POST /v1/ray/stop first",
+                "labels",
             )
         return node
 
@@ -108,9 +164,10 @@ class RayNode:
             self._check_head(request.address)
             command = worker_command(ray, request.address, temp_dir, self._config.node_name, labels)
             gcs_address = request.address
-        session_id = self._run_ray_start(command)
-        logger.info("ray started as %s of %s (session %d)", request.role, gcs_address, session_id)
-        return RunningNode(request.role, gcs_address, labels, session_id)
+        node = RunningNode(request.role, gcs_address, labels, 0)
+        self._run_ray_start(command, node)
+        logger.info("ray started as %s of %s (session %d)", node.role, gcs_address, node.session_id)
+        return node
 
     def _check_head(self, address: str) -> None:
         host, port = parse_address(address)
@@ -122,7 +179,9 @@ class RayNode:
                 "address",
             )
 
-    def _run_ray_start(self, command: list[str]) -> int:
+    def _run_ray_start(self, command: list[str], node: RunningNode) -> None:
+        """Run `ray start`; `node.session_id` is its session, recorded in the state file at
+        once: a specd killed while `ray start` ran left a Ray node no restart could find."""
         log_path = Path(self._config.state_dir) / START_LOG_NAME
         with log_path.open("w") as log:
             process = subprocess.Popen(
@@ -133,19 +192,25 @@ class RayNode:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its session id then marks every Ray process it forks
             )
+            node.session_id = process.pid
+            self._save(node)
             try:
                 code = process.wait(timeout=self._config.ray.start_timeout_s)
             except subprocess.TimeoutExpired:
                 end_session(process.pid, self._config.ray.stop_grace_s)
                 process.wait(timeout=self._config.ray.stop_grace_s)
+                self._state_file.unlink(missing_ok=True)
                 raise RayNodeError(
                     504, f"ray start did not finish in {self._config.ray.start_timeout_s:g} s"
                 ) from None
         if code != 0:
             end_session(process.pid, self._config.ray.stop_grace_s)
-            tail = log_path.read_text(errors="replace")[-ERROR_TAIL_CHARS:]
-            raise RayNodeError(502, f"ray start failed (exit code {code}):\n{tail}")
-        return process.pid
+            self._state_file.unlink(missing_ok=True)
+            text = log_path.read_text(errors="replace")
+            logger.warning("ray start failed (exit code %d); its output:\n%s", code, text[-4000:])
+            raise RayNodeError(
+                502, f"ray start failed (exit code {code}): {failure_cause(text)} (log: {log_path})"
+            )
 
     def _is_alive(self, node: RunningNode | None) -> bool:
         if node is None:
@@ -159,8 +224,10 @@ class RayNode:
                 continue
         return False
 
-    def _save(self, node: RunningNode) -> None:
-        self._state_file.write_text(json.dumps(asdict(node)))
+    def _save(self, node: RunningNode) -> None:  # written whole: a reader never sees half
+        tmp = self._state_file.with_name(f".{self._state_file.name}.tmp")
+        tmp.write_text(json.dumps(asdict(node)))
+        os.replace(tmp, self._state_file)
 
     def _adopt(self) -> RunningNode | None:
         try:
@@ -172,3 +239,15 @@ class RayNode:
             return None
         logger.info("found Ray started earlier (session %d)", node.session_id)
         return node
+
+
+def failure_cause(output: str) -> str:
+    """One line saying why a command failed, from its output: the last exception line of a
+    traceback ("ValueError: ..."), else its last line; never the traceback itself."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    cause = errors[-1] if errors else (lines[-1] if lines else "no output")
+    return cause[:MAX_CAUSE_CHARS]
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*:")

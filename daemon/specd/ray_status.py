@@ -10,9 +10,7 @@ from pydantic import ValidationError
 from daemon.specd.api_models import RayNodeInfo, RayStatus
 from daemon.specd.config import SpecdConfig
 from daemon.specd.ray_command import ray_env
-from daemon.specd.ray_node import RunningNode
-
-ERROR_TAIL_CHARS = 1000
+from daemon.specd.ray_node import RunningNode, failure_cause
 
 
 def probe_address(config: SpecdConfig, node: RunningNode) -> str:
@@ -40,7 +38,7 @@ def query_status(config: SpecdConfig, token_file: Path, node: RunningNode | None
         status.error = f"cluster query timed out after {config.ray.probe_timeout_s:g} s"
         return status
     if result.returncode != 0:
-        status.error = f"cluster query failed: {result.stderr[-ERROR_TAIL_CHARS:]}"
+        status.error = f"cluster query failed: {failure_cause(result.stderr)}"
         return status
     try:
         nodes = json.loads(result.stdout.strip().splitlines()[-1])["nodes"]

@@ -57,8 +57,15 @@ def test_every_other_route_rejects_bad_tokens(
 
 def test_rejections_are_logged(specd_single: SpecdProcess) -> None:
     httpx.get(f"{specd_single.url}/v1/inventory", timeout=10)
+    # a path is the caller's: a newline in it forged a log line, and its length was unbounded
+    forged = "2026-11-29 07:00:00,000 INFO daemon.specd.ray_node: ray stopped"
+    httpx.get(f"{specd_single.url}/x%0A{forged.replace(' ', '%20')}", timeout=10)
+    httpx.get(f"{specd_single.url}/{'y' * 5000}", timeout=10)
     lines = specd_single.call("GET", "/v1/logs", params={"lines": 50}).json()["lines"]
-    assert any("rejected GET /v1/inventory from 127.0.0.1: missing" in line for line in lines)
+    assert any("rejected GET '/v1/inventory' from 127.0.0.1: missing" in line for line in lines)
+    assert not any(line.startswith(forged) for line in lines)
+    assert any("rejected GET '/x\\n2026-11-29" in line for line in lines)
+    assert max(len(line) for line in lines) < 1000
 
 
 def test_inventory_with_token(specd_single: SpecdProcess) -> None:

@@ -56,6 +56,8 @@ def test_two_node_cluster_through_the_api(
 
     again = head.call("POST", "/v1/ray/start", json={"role": "head"})
     assert again.status_code == 200 and again.json()["started"] is False  # no-op
+    relabel = head.call("POST", "/v1/ray/start", json={"role": "head", "labels": {"zone": "b"}})
+    assert relabel.status_code == 409 and relabel.json()["field"] == "labels"
     conflict = head.call("POST", "/v1/ray/start", json={"role": "worker", "address": gcs_address})
     assert conflict.status_code == 409 and conflict.json()["field"] == "role"
 
