@@ -95,7 +95,7 @@ def _prepare(connection: sqlite3.Connection, settings: ConnectionSettings) -> in
         raise StoreError(
             f"{path}: a SQLite database, but not a specctl store "
             f"(application_id {application_id:#x}, expected {APPLICATION_ID:#x}); "
-            "point SPECCTL_HOME or --store at another file"
+            "point SPECCTL_HOME at another directory"
         )
     if version > CURRENT_VERSION:
         raise StoreError(

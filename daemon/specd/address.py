@@ -10,8 +10,9 @@ _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*")
 
 def is_host_name(text: str) -> bool:
     """Whether `text` is a DNS host name (dot-separated labels of letters, digits and inner
-    hyphens, 253 characters at most)."""
-    return _HOSTNAME.fullmatch(text) is not None
+    hyphens, 253 characters at most, the last not all digits: "256.1.1.1" is a bad address,
+    not a name)."""
+    return _HOSTNAME.fullmatch(text) is not None and not text.rsplit(".", 1)[-1].isdigit()
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -56,6 +56,14 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=exc.status_code, content=body.model_dump(), headers=exc.headers)
 
 
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    """Anything else (an OSError on the state directory): JSON like every other answer, the
+    traceback in specd's log only (it was a plain-text 500)."""
+    logger.exception("unexpected error while serving a request")
+    body = ErrorBody(error=f"internal error: {type(exc).__name__}: {str(exc)[:300]}")
+    return JSONResponse(status_code=500, content=body.model_dump())
+
+
 async def _ray_node_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RayNodeError)
     logger.warning("ray request refused (%d): %s", exc.status_code, exc.message)
@@ -75,6 +83,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RayNodeError, _ray_node_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
 
     @app.get("/health")
     async def health() -> dict[str, str]:  # on the event loop: never behind the thread pool
@@ -86,7 +95,11 @@ def create_app(
 
     @app.post("/v1/ray/start", responses=_ERRORS)
     def ray_start(request: RayStartRequest) -> RayStartResponse:
-        node, started = ray_node.start(request)
+        try:
+            node, started = ray_node.start(request)
+        except OSError as exc:  # the state or temp directory: said as the node's error
+            logger.exception("ray start failed")
+            raise RayNodeError(500, f"ray start failed here: {exc}") from None
         status = RayStatus(
             running=True, role=node.role, gcs_address=node.gcs_address, labels=node.labels
         )
@@ -94,7 +107,11 @@ def create_app(
 
     @app.post("/v1/ray/stop", responses=_ERRORS)
     def ray_stop() -> RayStopResponse:
-        stopped, leftover = ray_node.stop()
+        try:
+            stopped, leftover = ray_node.stop()
+        except OSError as exc:
+            logger.exception("ray stop failed")
+            raise RayNodeError(500, f"ray stop failed here: {exc}") from None
         return RayStopResponse(stopped=stopped, leftover_pids=leftover)
 
     @app.get("/v1/ray/status", responses=_ERRORS)

@@ -1,11 +1,14 @@
 """specd configuration: a TOML file (specd.toml) overridden by command-line flags."""
 
+import ipaddress
 import socket
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from daemon.specd.address import is_host_name
 
 DEFAULT_HOST = "127.0.0.1"  # never 0.0.0.0 unless the operator says so
 DEFAULT_PORT = 7601
@@ -45,6 +48,17 @@ class SpecdConfig(BaseModel):
     node_name: str = Field(default_factory=socket.gethostname, min_length=1, max_length=253)
     state_dir: str = Field(DEFAULT_STATE_DIR, min_length=1, description="Logs and Ray state")
     ray: RayConfig = Field(default_factory=RayConfig)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        """An address to bind: "256.1.1.1" passed, and uvicorn failed later on it."""
+        try:
+            ipaddress.ip_address(value.strip("[]"))
+        except ValueError:
+            if not is_host_name(value):
+                raise ValueError(f"{value!r} is neither an IP address nor a host name") from None
+        return value
 
     @property
     def log_file(self) -> Path:

@@ -91,6 +91,10 @@ def engine_spec(opts: ServeOptions) -> EngineSpec:
             raise ModelLoadError(f"{flag} {path}: not a model directory (no config.json)")
     if opts.max_waiting < 0:
         raise ServeError(f"--max-waiting must be >= 0, got {opts.max_waiting}")
+    if opts.max_model_len is not None and opts.max_model_len < 1:  # found before the port opens
+        raise ServeError(f"--max-model-len must be >= 1, got {opts.max_model_len}")
+    if opts.served_model_name is not None and not opts.served_model_name.strip():
+        raise ServeError("--served-model-name is empty: clients put it in `model`")
     return EngineSpec(
         target=opts.target,
         draft=opts.draft,

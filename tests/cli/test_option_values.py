@@ -17,6 +17,8 @@ TARGET = REPO_ROOT / "packaging" / "demo-models" / "target"
     [
         (["serve", "--target", str(TARGET), "--port", "-1"], "--port must be in 1..65535, got -1"),
         (["serve", "--target", str(TARGET), "--port", "70000"], "--port must be in 1..65535"),
+        (["serve", "--target", str(TARGET), "--max-model-len", "0"], "--max-model-len must be"),
+        (["serve", "--target", str(TARGET), "--served-model-name", " "], "--served-model-name is"),
         (
             ["serve", "--target", str(TARGET), "--graceful-timeout-s", "nan"],
             "--graceful-timeout-s must be a finite number >= 0, got nan",

@@ -175,7 +175,7 @@ CASES = [
             [('host = "127.0.0.1"', f'host = "{host}" {MARK}')],
             f"server.host: {host!r} is neither an IP address nor a host name",
         )
-        for host in ("-", "...", "a..b", "-lead.example")
+        for host in ("-", "...", "a..b", "-lead.example", "256.1.1.1")
     ),
 ]
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from daemon.cluster_token import generate_token, write_token
 from daemon.specd.api_models import RayStartRequest
 from daemon.specd.cli import app
-from daemon.specd.config import SpecdConfig
+from daemon.specd.config import ConfigError, SpecdConfig, load_config
 from daemon.specd.ray_node import LOCK_WAIT_S, RayNode, RayNodeError, failure_cause
 
 from .specd_process import SpecdProcess
@@ -70,3 +70,26 @@ def test_a_start_behind_another_is_refused_at_once(tmp_path: Path) -> None:
 )
 def test_a_failure_is_said_in_one_line(output: str, cause: str) -> None:
     assert failure_cause(output) == cause
+
+
+def test_an_address_that_is_no_host_is_refused_by_the_config(tmp_path: Path) -> None:
+    for host in ("256.1.1.1", "a..b", "-x"):
+        with pytest.raises(ConfigError, match="neither an IP address nor a host name"):
+            load_config(None, {"host": host, "state_dir": str(tmp_path)})
+
+
+def test_an_unexpected_failure_is_a_json_500(tmp_path: Path) -> None:
+    """The Ray temp directory is a file: mkdir fails (an OSError), and the answer was a
+    plain-text 500."""
+    token_file = tmp_path / "cluster.token"
+    token = generate_token()
+    write_token(token_file, token, force=False)
+    daemon = SpecdProcess(token_file, token, "broken")
+    try:
+        (daemon.state_dir / "ray").write_text("not a directory")
+        response = daemon.call("POST", "/v1/ray/start", json={"role": "head"})
+        assert response.status_code == 500
+        assert response.json()["error"].startswith("ray start failed here: [Errno 17] File exists")
+        assert daemon.call("GET", "/health").json() == {"status": "ok"}
+    finally:
+        daemon.close()
