@@ -15,6 +15,7 @@ from db.tables import GpuRow, GpuSample, MetricSample, NodeRow, RequestRecord
 from db.writes import WriteBatch
 
 DEFAULT_MAX_PENDING_ROWS = 50_000
+CONSTRAINT_FAILED = "constraint failed"  # SQLite's words for a row a table refuses
 
 
 class BatchWriter:
@@ -52,11 +53,11 @@ class BatchWriter:
 
     def flush(self) -> int:
         """Write everything pending in one transaction; returns the rows written (0 when the
-        store was busy: the rows wait for the next flush). Where the store refuses the
-        transaction, each row is written alone: the refused ones are dropped and counted
-        (RowsRefusedError, after the others are in), and where it refuses every one (the file
-        went away, a full disk) they all wait for the next flush and the error propagates.
-        One sample with a NaN in a NOT NULL column took the whole second's rows with it."""
+        store was busy: the rows wait for the next flush). Where a constraint refuses the
+        transaction (a NaN in a NOT NULL column), each row is written alone: the refused ones
+        are dropped and counted (RowsRefusedError, after the others are in); one such sample
+        took the whole second's rows with it. Any other StoreError (the file went away, a full
+        disk) keeps the rows for the next flush, within `max_pending_rows`, and propagates."""
         with self._lock:
             batch, self._pending = self._pending, WriteBatch()
         try:
@@ -65,30 +66,30 @@ class BatchWriter:
             self._put_back(batch)
             return 0
         except StoreError as error:
+            if CONSTRAINT_FAILED not in str(error):
+                self._put_back(batch)
+                raise
             return self._write_alone(batch, error)
         return batch.num_rows
 
     def _write_alone(self, batch: WriteBatch, error: StoreError) -> int:
-        written, refused = 0, []
+        written, refused, busy = 0, 0, WriteBatch()
         for unit in _units(batch):
             try:
                 self.store.write(unit)
             except StoreBusyError:
-                self._put_back(unit)
+                busy.extend(unit)  # in order, put back at once below
             except StoreError as exc:
-                refused.append(unit)
+                refused += unit.num_rows
                 error = exc
             else:
                 written += unit.num_rows
-        if refused and not written:  # the store, not the rows: keep them all
-            for unit in refused:
-                self._put_back(unit)
-            raise error
+        if busy.num_rows:
+            self._put_back(busy)
         if refused:
-            num_refused = sum(unit.num_rows for unit in refused)
-            self.num_dropped_rows += num_refused
+            self.num_dropped_rows += refused
             raise RowsRefusedError(
-                f"{num_refused} row(s) refused and dropped ({error}); {written} written", written
+                f"{refused} row(s) refused and dropped ({error}); {written} written", written
             )
         return written
 

@@ -24,21 +24,12 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()
 
 
-def process_start_time(pid: int) -> float | None:
-    """When the process started, in seconds since the epoch (None: no such process)."""
+def process_start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks after boot (field 22 of /proc/PID/stat): fixed
+    for the process's life, unlike a wall time derived from it, which moves when the clock is
+    stepped (None: no such process). With the pid, it names one process for good."""
     fields = _stat_fields(pid)
-    if fields is None:
-        return None
-    try:
-        boot = next(
-            float(line.split()[1])
-            for line in (_PROC / "stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, StopIteration, ValueError):
-        return None
-    # fields[19] is starttime (field 22 of stat): clock ticks after boot
-    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return None if fields is None else int(fields[19])
 
 
 def process_argv(pid: int) -> list[str] | None:

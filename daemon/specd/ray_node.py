@@ -193,7 +193,12 @@ class RayNode:
                 start_new_session=True,  # its session id then marks every Ray process it forks
             )
             node.session_id = process.pid
-            self._save(node)
+            try:
+                self._save(node)
+            except OSError:  # no record, no node: a Ray nobody could find or stop
+                end_session(process.pid, self._config.ray.stop_grace_s)
+                process.wait(timeout=self._config.ray.stop_grace_s)
+                raise
             try:
                 code = process.wait(timeout=self._config.ray.start_timeout_s)
             except subprocess.TimeoutExpired:

@@ -23,6 +23,7 @@ from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import ConfigError
 from specctl.config.loader import load_config
 from specctl.deploy.ray_connect import connect, disconnect
+from specctl.deploy.server_process import ServerRecord
 from specctl.home import SpecctlHome
 from specctl.planner.deployable import not_deployable
 from specctl.planner.gather import gather_node_facts
@@ -57,6 +58,7 @@ def apply_deployment(
 ) -> ApplyResult:
     opts = options or ApplyOptions()
     config, plan = _validate_and_plan(config_path, events)
+    ServerRecord.load(home.server_file)  # a record that cannot be trusted: before anything runs
     home.ensure()  # after the checks: a file refused leaves nothing behind
     previous = AppliedState.load(home.state_file)
     if previous is not None and previous.deployment != plan.deployment:

@@ -7,6 +7,7 @@ placed by that label. Starting a node that already runs as asked is a no-op on b
 """
 
 import contextlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +25,19 @@ from specctl.home import SpecctlHome
 from specctl.planner.gather import token_path
 
 SPECD_TIMEOUT_S = 180.0  # a specd's `ray start` may take a while on a slow machine
+SPECD_BUSY_WAIT_S = 120.0  # a stop waits this long for a specd busy with a start
+SPECD_BUSY_POLL_S = 1.0
+HTTP_CONFLICT = 409
 LOCAL_NODE_CPUS = 1
 
 
 class ClusterUpError(Exception):
-    """A node could not be started or reached; the message names it and says why."""
+    """A node could not be started or reached; the message names it and says why. `status`:
+    the specd's HTTP status, where one answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(slots=True)
@@ -129,7 +138,7 @@ def _undo_start(
     running before; pids on this machine that would not die."""
     for node in reversed(started):
         with contextlib.suppress(ClusterUpError):  # unreachable: nothing more to do from here
-            _specd_call(node, token_file, "POST", "/v1/ray/stop")
+            _specd_stop(node, token_file)
     if local is None:
         return []
     if not running_before:
@@ -162,6 +171,21 @@ def _specd_start(
     return str(data["status"]["gcs_address"])
 
 
+def _specd_stop(node: NodeSpec, token_file: Path) -> None:
+    """POST /v1/ray/stop, again while the specd answers 409 (a start in progress there: it
+    waits 1 s for it, then says so), for up to SPECD_BUSY_WAIT_S. Taken for unreachable, a
+    busy node was reported stopped, and Ray went on running there."""
+    deadline = time.monotonic() + SPECD_BUSY_WAIT_S
+    while True:
+        try:
+            _specd_call(node, token_file, "POST", "/v1/ray/stop")
+            return
+        except ClusterUpError as exc:
+            if exc.status != HTTP_CONFLICT or time.monotonic() >= deadline:
+                raise
+        time.sleep(SPECD_BUSY_POLL_S)
+
+
 def _specd_call(
     node: NodeSpec, token_file: Path, method: str, path: str, body: dict | None = None
 ) -> dict:
@@ -190,7 +214,8 @@ def _specd_call(
         except ValueError:
             message = response.text
         raise ClusterUpError(
-            f"node {node.name}: specd {path} failed ({response.status_code}): {message}"
+            f"node {node.name}: specd {path} failed ({response.status_code}): {message}",
+            response.status_code,
         )
     return response.json()
 
@@ -218,8 +243,10 @@ def take_down_nodes(nodes: list[NodeState], local: LocalCluster | None) -> list[
             continue
         spec = NodeSpec(name=node.name, specd=node.address)
         try:
-            _specd_call(spec, Path(node.token_file), "POST", "/v1/ray/stop")
-        except ClusterUpError:
+            _specd_stop(spec, Path(node.token_file))
+        except ClusterUpError as exc:
+            if exc.status == HTTP_CONFLICT:  # still busy: said, and the state kept for a retry
+                raise
             continue  # unreachable: nothing more can be done from here
     if local is not None:
         leftover += local.stop()

@@ -3,6 +3,7 @@ for the same fingerprint alone, replace any other."""
 
 import httpx
 
+from daemon.specd.process_tree import process_start_ticks
 from specctl.apply.events import ApplyEvents
 from specctl.apply.state import AppliedState
 from specctl.deploy.server_process import (
@@ -32,7 +33,9 @@ def ensure_server(
     events.step("server", "started", f"{url}/v1")
     argv = ["serve", "--deployment", str(home.state_file)]
     pid = start_server(argv, home.server_log)
-    ServerRecord(pid, url, argv, state.server.fingerprint).save(home.server_file)
+    record = ServerRecord(pid, url, argv, state.server.fingerprint)
+    record.start_ticks = process_start_ticks(pid)
+    record.save(home.server_file)
     try:
         wait_healthy(url, pid, timeout_s, home.server_log)
     except Exception as exc:

@@ -81,8 +81,7 @@ class AppliedState:
     def load(path: Path) -> "AppliedState | None":
         """The state in `path`, or None when nothing was applied."""
         try:
-            text = path.read_text()
-            raw: dict[str, Any] = json.loads(text)
+            raw: dict[str, Any] = json.loads(path.read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -94,8 +93,10 @@ class AppliedState:
                 f"{path}: deployment state version {raw.get('version')!r}, expected "
                 f"{STATE_VERSION}; run `specctl down` with the specctl that applied it"
             )
-        try:  # every field its type: `down` signals and deletes what this file names
-            return _STATE.validate_json(text, strict=True)
+        try:  # every field its type: `down` signals and deletes what this file names. From the
+            # parsed object: pydantic's own JSON parser refuses the \\udcXX escapes json.dumps
+            # writes for a path holding bytes that are not UTF-8
+            return _STATE.validate_python(raw)
         except ValidationError as exc:
             error = exc.errors()[0]
             where = ".".join(str(part) for part in error["loc"]) or "the whole file"

@@ -239,8 +239,8 @@ def configure(opts: ServeOptions) -> None:
         raise ServeError(
             f"--graceful-timeout-s must be a finite number >= 0, got {opts.graceful_timeout_s}"
         )
-    if not 1 <= opts.port <= 65535:
-        raise ServeError(f"--port must be in 1..65535, got {opts.port}")
+    if not 0 <= opts.port <= 65535:  # 0: a free port the system picks
+        raise ServeError(f"--port must be in 0..65535 (0: any free port), got {opts.port}")
     logging.basicConfig(level=opts.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)

@@ -152,8 +152,9 @@ def _positive_int(raw: dict[str, Any], key: str, source: str) -> int:
 
 def _optional_positive_int(raw: dict[str, Any], key: str, source: str) -> int | None:
     """`key`'s value where it is set (a positive integer, else ModelShapeError); None where
-    it is absent or null (the caller's default applies)."""
-    if raw.get(key) is None:
+    it is absent, null or 0 (the caller's default applies: transformers writes 0 for a
+    head_dim it derives)."""
+    if raw.get(key) is None or (type(raw.get(key)) is int and raw[key] == 0):
         return None
     return _positive_int(raw, key, source)
 

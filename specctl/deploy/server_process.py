@@ -13,12 +13,11 @@ from pathlib import Path
 
 import httpx
 
-from daemon.specd.process_tree import end_session, process_argv, process_start_time, session_pids
+from daemon.specd.process_tree import end_session, process_argv, process_start_ticks, session_pids
 
 HEALTH_POLL_S = 0.25
 STOP_GRACE_S = 15.0
 LOG_TAIL_CHARS = 3000
-START_SLACK_S = 5.0  # the record is written just after the process starts: it started before
 
 
 class ServerProcessError(Exception):
@@ -36,6 +35,9 @@ class ServerRecord:
     argv: list[str]
     fingerprint: str  # what it serves; a different one means restart it
     started_at: float = field(default_factory=time.time)
+    # its start in clock ticks after boot (process_start_ticks), read as it started: with the
+    # pid, what tells it from a later process given the same pid (None: an older record)
+    start_ticks: int | None = None
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -61,7 +63,9 @@ class ServerRecord:
             "argv": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
             "fingerprint": lambda v: isinstance(v, str),
             "started_at": lambda v: type(v) in (int, float),
+            "start_ticks": lambda v: v is None or (type(v) is int and v >= 0),
         }
+        raw.setdefault("start_ticks", None)  # written by specctl before it had the field
         for name, check in checks.items():
             if name not in raw or not check(raw[name]):
                 shown = "missing" if name not in raw else repr(raw[name])
@@ -71,7 +75,7 @@ class ServerRecord:
     def session(self) -> list[int]:
         """The live processes of the serving process's session; none where its pid now
         belongs to another program (the server ended and the pid was reused: a session leader
-        of the pid that is not `specctl serve`, or one started after this record)."""
+        of the pid that is not `specctl serve`, or one that started at another tick)."""
         pids = session_pids(self.pid)
         if self.pid in pids and not self._is_ours():
             return []
@@ -82,13 +86,9 @@ class ServerRecord:
 
     def _is_ours(self) -> bool:
         argv = process_argv(self.pid) or []
-        started = process_start_time(self.pid)
-        return (
-            "specctl.cli" in argv
-            and "serve" in argv
-            and started is not None
-            and started <= self.started_at + START_SLACK_S
-        )
+        if "specctl.cli" not in argv or "serve" not in argv:
+            return False
+        return self.start_ticks is None or process_start_ticks(self.pid) == self.start_ticks
 
 
 def start_server(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:

@@ -40,13 +40,17 @@ class BodyLimitMiddleware:
             return
         read = 0
         complete = False
+        deadline: float | None = None  # the whole body's, from the app's first read
 
         async def bounded_receive() -> Message:
-            nonlocal read, complete
+            nonlocal read, complete, deadline
             if complete:  # the body is in: what comes now is a disconnect, whenever it comes
                 return await receive()
-            try:
-                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+            now = asyncio.get_running_loop().time()
+            if deadline is None:
+                deadline = now + self.read_timeout_s
+            try:  # a timeout per chunk let a byte every 29 s hold the connection for ever
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - now))
             except TimeoutError:
                 # raised through FastAPI's body reading, which passes HTTPException on, to the
                 # error handlers: an OpenAI-shaped 408

@@ -15,8 +15,11 @@ TARGET = REPO_ROOT / "packaging" / "demo-models" / "target"
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["serve", "--target", str(TARGET), "--port", "-1"], "--port must be in 1..65535, got -1"),
-        (["serve", "--target", str(TARGET), "--port", "70000"], "--port must be in 1..65535"),
+        (
+            ["serve", "--target", str(TARGET), "--port", "-1"],
+            "--port must be in 0..65535 (0: any free port), got -1",
+        ),
+        (["serve", "--target", str(TARGET), "--port", "70000"], "--port must be in 0..65535"),
         (["serve", "--target", str(TARGET), "--max-model-len", "0"], "--max-model-len must be"),
         (["serve", "--target", str(TARGET), "--served-model-name", " "], "--served-model-name is"),
         (

@@ -2,12 +2,16 @@
 file, the line and the field (exit 2), or the plan's reason when the models do not fit (exit
 1); no traceback, and nothing started."""
 
+import http.server
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from daemon.cluster_token import generate_token, write_token
+from specctl.apply import cluster_up
+from specctl.apply.state import NodeState
 
 from .cluster_files import EXAMPLES, SPARK_5090, replace_line, write_cluster
 from .deployment_cli import DEMO_TARGET, Cli, free_port, local_cluster_file
@@ -153,3 +157,49 @@ def test_a_refused_file_leaves_no_home_behind(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "home")
     assert cli.run("apply", str(path)).returncode == 2
     assert not (tmp_path / "home").exists()
+
+
+class _BusySpecd(http.server.BaseHTTPRequestHandler):
+    """A specd that is busy with a start for its first `busy` stops (409), then stops."""
+
+    busy = 2
+    calls = 0
+
+    def do_POST(self) -> None:
+        type(self).calls += 1
+        busy = type(self).calls <= type(self).busy
+        body = (
+            {"error": "a Ray start or stop is in progress here; stop again later"}
+            if busy
+            else {"stopped": True, "leftover_pids": []}
+        )
+        data = json.dumps(body).encode()
+        self.send_response(409 if busy else 200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: object) -> None: ...
+
+
+def test_down_waits_out_a_specd_busy_with_a_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 409 (a start in progress there) was taken for an unreachable node: `down` reported
+    it stopped, and its Ray went on running."""
+    token = tmp_path / "token"
+    write_token(token, generate_token(), force=False)
+    server = http.server.HTTPServer(("127.0.0.1", free_port()), _BusySpecd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    node = NodeState("busy", "specd", f"127.0.0.1:{server.server_port}", str(token))
+    monkeypatch.setattr(cluster_up, "SPECD_BUSY_POLL_S", 0.05)
+    try:
+        assert cluster_up.take_down_nodes([node], None) == []
+        assert _BusySpecd.calls == 3
+        _BusySpecd.calls, _BusySpecd.busy = 0, 10**6  # busy for good
+        monkeypatch.setattr(cluster_up, "SPECD_BUSY_WAIT_S", 0.3)
+        with pytest.raises(cluster_up.ClusterUpError, match=r"\(409\): a Ray start or stop"):
+            cluster_up.take_down_nodes([node], None)
+    finally:
+        server.shutdown()

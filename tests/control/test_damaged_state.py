@@ -5,11 +5,13 @@ start (a pid in server.json may be another program's by now)."""
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from daemon.specd.process_tree import process_start_ticks
 from db.tables import MetricSample
 from specctl.apply.state import AppliedState, ServerState
 from specctl.apply.status import summarise
@@ -159,3 +161,39 @@ def test_live_figures_from_samples_without_acceptance_lengths() -> None:
     )  # fmt: skip
     figures = summarise([sample], 11.0)
     assert figures.acceptance_rate == 0.5 and figures.mean_acceptance_length is None
+
+
+def test_a_server_is_told_from_a_later_process_by_its_start_tick() -> None:
+    """The kernel's start tick, read as the server started, with the pid names one process
+    for good: a wall time derived from it moved when the clock was stepped, and then `down`
+    took the live server for another program and left it running."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "specctl.cli", "serve"],
+        start_new_session=True,
+    )
+    try:
+        ticks = process_start_ticks(process.pid)
+        assert ticks is not None
+
+        def record(start_ticks: int | None) -> ServerRecord:
+            argv = ["serve"]
+            return ServerRecord(process.pid, "http://127.0.0.1:1", argv, "f", 1.0, start_ticks)
+
+        assert record(ticks).session() == [process.pid]
+        assert record(None).session() == [process.pid]  # a record from before the field
+        assert record(ticks + 1).session() == []  # the pid is another process's now
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_a_state_naming_a_path_that_is_not_utf8_loads(tmp_path: Path) -> None:
+    """Such a path reaches Python with lone surrogates, which json.dumps writes as \\udcXX:
+    pydantic's JSON parser refused the file, and `down` could not stop what it names."""
+    path = _state(tmp_path)
+    state = AppliedState.load(path)
+    assert state is not None
+    state.config_path = "/tmp/caf\udce9/cluster.toml"
+    state.save(path)
+    loaded = AppliedState.load(path)
+    assert loaded is not None and loaded.config_path == state.config_path

@@ -93,9 +93,10 @@ def test_a_malformed_optional_field_is_named(overrides: dict, expected: str) -> 
         shape_from_config(llama_config(**overrides), "m/config.json")
 
 
-def test_optional_fields_left_null_take_their_defaults() -> None:
+@pytest.mark.parametrize("unset", [None, 0])
+def test_optional_fields_left_unset_take_their_defaults(unset: object) -> None:
     shape = shape_from_config(
-        llama_config(num_key_value_heads=None, head_dim=None, num_local_experts=None), "x"
+        llama_config(num_key_value_heads=unset, head_dim=unset, num_local_experts=unset), "x"
     )
     assert (shape.num_kv_heads, shape.head_dim, shape.num_experts) == (4, 16, 1)
 

@@ -136,3 +136,23 @@ def test_after_the_body_receive_waits_as_long_as_the_app_likes() -> None:
     finally:
         server.close()
     assert response.status_code == 200 and response.text == "waited 10"
+
+
+def test_a_body_trickling_in_gets_a_408_at_the_whole_body_deadline(served: _Served) -> None:
+    """A byte every 0.2 s (a read timeout of 0.5 s per chunk would never fire)."""
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10.0) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{"
+        )
+        started = time.monotonic()
+        sock.settimeout(0.2)
+        answer = b""
+        while not answer and time.monotonic() - started < 5.0:
+            try:
+                answer = sock.recv(65536)
+            except TimeoutError:
+                sock.sendall(b" ")
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert waited < READ_TIMEOUT_S + 1.0

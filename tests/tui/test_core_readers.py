@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specctl.config import load_config
+from specctl.home import SpecctlHome
 from tests.specd.specd_process import SpecdProcess, free_port
 from tests.tiny_models import make_tiny_checkpoint
 from tests.tui.conftest import specd_cluster
@@ -16,6 +17,7 @@ from tui.core.dashboard import DashboardReader
 from tui.core.logs import FileFollower, SpecdLogFollower, new_lines
 from tui.core.models import find_pairs, scan_catalog
 from tui.core.nodes import RayState, read_cluster_nodes
+from tui.core.status import read_deployment_status
 
 
 def test_local_nodes_are_read_on_this_machine() -> None:
@@ -226,3 +228,10 @@ def test_local_ray_state_of_nodes_apply_left_behind_or_never_started(tmp_path: P
         assert "too long" in local_ray_state(long_root, "verifier-node", token).summary
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_damaged_server_record_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    """read in a worker thread: its exception ended the whole app."""
+    (tmp_path / "server.json").write_text('{"pid": 0}')
+    status = read_deployment_status(SpecctlHome(tmp_path))
+    assert status.problem is not None and "not a serving-process record" in status.problem

@@ -14,7 +14,7 @@ import httpx
 from specctl.apply.state import AppliedState, StateError
 from specctl.cluster.local_cluster import HEAD_PORT_FILE, node_dir_name
 from specctl.cluster.local_nodes import LocalClusterError, LocalNode, LocalNodeSpec
-from specctl.deploy.server_process import ServerRecord
+from specctl.deploy.server_process import ServerRecord, ServerRecordError
 from specctl.home import SpecctlHome
 from tui.core.nodes import RayState
 
@@ -72,7 +72,10 @@ def read_deployment_status(home: SpecctlHome) -> DeploymentStatus:
         state = AppliedState.load(home.state_file)
     except StateError as error:
         return DeploymentStatus(problem=str(error))
-    record = ServerRecord.load(home.server_file)
+    try:
+        record = ServerRecord.load(home.server_file)
+    except ServerRecordError as error:  # raised in a worker thread, it ended the whole app
+        return DeploymentStatus(problem=str(error))
     is_alive = record is not None and record.is_alive()
     if state is None:
         return DeploymentStatus(server_pid=record.pid if record else None, is_server_alive=is_alive)
