@@ -12,6 +12,7 @@ from daemon.runtime.engine.request import Request, RequestOutput
 from daemon.runtime.engine.stop import truncate_at_stop
 from daemon.runtime.errors import RequestError
 from daemon.runtime.sampling.params import SamplingParams
+from daemon.runtime.text_checks import lone_surrogate_at
 
 DEFAULT_ADAPTIVE_MAX_K = 8
 DEFAULT_FIXED_K = 4
@@ -73,10 +74,8 @@ def read_prompts(prompt: list[str] | None, prompt_file: Path | None) -> list[str
 def _check_text(text: str, where: str) -> None:
     """A prompt the tokenizer can take: bytes that are not UTF-8 reach Python as lone
     surrogates (an argument decoded with surrogateescape), and the tokenizer raised on them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise RequestError(f"{where}: not valid UTF-8 text (character {exc.start})") from None
+    if (at := lone_surrogate_at(text)) is not None:
+        raise RequestError(f"{where}: not valid UTF-8 text (character {at})")
 
 
 def _jsonl_prompt(path: Path, line_no: int, line: str) -> str:

@@ -11,6 +11,7 @@ token, an explicit max_tokens must fit beside the prompt, and an unset one is th
 from daemon.runtime.engine.request import Request
 from daemon.runtime.errors import RequestError
 from daemon.runtime.sampling.params import SamplingParams
+from daemon.runtime.text_checks import lone_surrogate_at
 from specctl.server.backend import ServedModel
 from specctl.server.errors import OpenAIError, invalid_param
 from specctl.server.openai_models import ChatCompletionRequest, CompletionRequest
@@ -89,16 +90,12 @@ def chat_prompt(body: ChatCompletionRequest, model: ServedModel) -> list[int]:
 def check_text(text: str | None, param: str) -> None:
     """Text the tokenizer can take: JSON may carry a lone UTF-16 surrogate (\\ud800), which is
     no character, and the tokenizer raised TypeError on it (a 500)."""
-    if not text:
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
+    if text and (at := lone_surrogate_at(text)) is not None:
         raise invalid_param(
             param,
-            f"{param}: holds a lone surrogate (U+{ord(text[exc.start]):04X}) at character "
-            f"{exc.start}, which is not a character; send valid Unicode text",
-        ) from None
+            f"{param}: holds a lone surrogate (U+{ord(text[at]):04X}) at character {at}, "
+            "which is not a character; send valid Unicode text",
+        )
 
 
 def _check_ids(ids: list[int], model: ServedModel, param: str) -> None:

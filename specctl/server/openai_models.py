@@ -20,6 +20,7 @@ from daemon.runtime.sampling.params import (
     MAX_TOP_K,
     MIN_SEED,
 )
+from daemon.runtime.text_checks import stop_string_problem
 
 MAX_TEMPERATURE = 100.0  # the engine's limit (OpenAI documents 0..2; vLLM takes more)
 MAX_STOP_TOKEN_IDS = 64
@@ -93,16 +94,9 @@ class _SamplingBody(_Body):
             len(stops) <= MAX_STOP_STRINGS,
             f"at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}",
         )
-        _refuse_unless(all(stops), "stop strings must not be empty")
         for stop in stops:
-            try:
-                size = len(stop.encode("utf-8"))
-            except UnicodeEncodeError:  # a lone surrogate (JSON's "\\ud800"): no character
-                raise ValueError(f"stop string {stop[:32]!r} is not valid Unicode text") from None
-            _refuse_unless(
-                size <= MAX_STOP_STRING_BYTES,
-                f"a stop string may be at most {MAX_STOP_STRING_BYTES} bytes (UTF-8), got {size}",
-            )
+            problem = stop_string_problem(stop, MAX_STOP_STRING_BYTES)
+            _refuse_unless(problem is None, problem or "")
         return value
 
     @field_validator("stop_token_ids")

@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from daemon.runtime.errors import RequestError
+from daemon.runtime.text_checks import stop_string_problem
 
 MAX_STOP_STRINGS = 16
 MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed takes
@@ -46,18 +47,9 @@ class SamplingParams:
             raise RequestError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if len(self.stop) > MAX_STOP_STRINGS:
             raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
-        if any(s == "" for s in self.stop):
-            raise RequestError("stop strings must not be empty")
-        for s in self.stop:
-            try:
-                size = len(s.encode("utf-8"))
-            except UnicodeEncodeError:
-                raise RequestError(f"stop string {s[:32]!r} is not valid Unicode text") from None
-            if size > MAX_STOP_STRING_BYTES:
-                raise RequestError(
-                    f"a stop string may be at most {MAX_STOP_STRING_BYTES} bytes (UTF-8), "
-                    f"got {size}"
-                )
+        for stop in self.stop:
+            if problem := stop_string_problem(stop, MAX_STOP_STRING_BYTES):
+                raise RequestError(problem)
         if any(not 0 <= t <= MAX_TOP_K for t in self.stop_token_ids):
             raise RequestError(
                 f"stop_token_ids must be in [0, {MAX_TOP_K}], got {list(self.stop_token_ids)}"
