@@ -83,11 +83,12 @@ def _kill_shards(state: AppliedState, events: ApplyEvents) -> None:
 
 
 def _mark_stopped(home: SpecctlHome, state: AppliedState) -> bool:
-    """Record the deployment as stopped; False where the store would not (busy, damaged)."""
+    """Record the deployment as stopped, in the store apply recorded it in (status and the
+    serving process read state.db_path too); False where the store would not (busy, damaged)."""
     if not state.deployment_id:
         return True
     try:
-        with Store.open(home.db_file, role="writer") as store:
+        with Store.open(state.db_path or home.db_file, role="writer") as store:
             store.set_deployment_status(state.deployment_id, "stopped")
     except StoreError as exc:
         logger.warning(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from daemon.specd.process_tree import process_start_ticks
+from db import DeploymentRow, Store
 from db.tables import MetricSample
 from specctl.apply.state import AppliedState, ServerState
 from specctl.apply.status import summarise
@@ -197,3 +198,30 @@ def test_a_state_naming_a_path_that_is_not_utf8_loads(tmp_path: Path) -> None:
     state.save(path)
     loaded = AppliedState.load(path)
     assert loaded is not None and loaded.config_path == state.config_path
+
+
+def test_down_records_the_stop_in_the_store_apply_recorded_the_deployment_in(
+    tmp_path: Path,
+) -> None:
+    """state.db_path, which `status` and the serving process read; `down` wrote to the home's
+    store, and the deployment stayed "running" where status looks."""
+    home = tmp_path / "home"
+    path = _state(home)
+    store_file = tmp_path / "elsewhere" / "specctl.db"
+    store_file.parent.mkdir()
+    with Store.open(store_file, role="writer") as store:
+        deployment_id = store.add_deployment(
+            DeploymentRow(
+                name="dep", config_path="/x", config_text="", plan_json="{}",
+                applied_unix_s=1.0, status="running",
+            )
+        )  # fmt: skip
+    raw = json.loads(path.read_text())
+    raw["db_path"], raw["deployment_id"] = str(store_file), deployment_id
+    path.write_text(json.dumps(raw))
+    done = Cli(home).run("down")
+    assert done.returncode == 0, done.stdout + done.stderr
+    with Store.open(store_file, role="reader") as store:
+        row = store.deployment(deployment_id)
+    assert row is not None and row.status == "stopped"
+    assert not (home / "specctl.db").exists()
