@@ -15,6 +15,17 @@ def is_host_name(text: str) -> bool:
     return _HOSTNAME.fullmatch(text) is not None and not text.rsplit(".", 1)[-1].isdigit()
 
 
+def check_host(host: str) -> str:
+    """`host` if it is an IP address or a host name; else ValueError saying so (the rule of
+    every address specctl and specd bind or dial)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not is_host_name(host):
+            raise ValueError(f"{host!r} is neither an IP address nor a host name") from None
+    return host
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """Split 'host:port' ('[v6]:port' for IPv6); raise ValueError saying what is wrong."""
     host, sep, port_text = text.rpartition(":")

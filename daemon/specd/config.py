@@ -1,6 +1,5 @@
 """specd configuration: a TOML file (specd.toml) overridden by command-line flags."""
 
-import ipaddress
 import socket
 import tomllib
 from pathlib import Path
@@ -8,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from daemon.specd.address import is_host_name
+from daemon.specd.address import check_host
 
 DEFAULT_HOST = "127.0.0.1"  # never 0.0.0.0 unless the operator says so
 DEFAULT_PORT = 7601
@@ -53,12 +52,7 @@ class SpecdConfig(BaseModel):
     @classmethod
     def _host(cls, value: str) -> str:
         """An address to bind: "256.1.1.1" passed, and uvicorn failed later on it."""
-        try:
-            ipaddress.ip_address(value.strip("[]"))
-        except ValueError:
-            if not is_host_name(value):
-                raise ValueError(f"{value!r} is neither an IP address nor a host name") from None
-        return value
+        return check_host(value)
 
     @property
     def log_file(self) -> Path:

@@ -6,13 +6,12 @@ references.py and shapes.py, where each problem keeps the path of the field it i
 All strict: a string where a number belongs is an error, not a guess.
 """
 
-import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
 
-from daemon.specd.address import is_host_name, parse_address
+from daemon.specd.address import check_host, parse_address
 from daemon.specd.labels import label_key_error, label_value_error
 from specctl.config.model_shape import DTYPES
 
@@ -253,12 +252,7 @@ class ServerSpec(_Section):
     @field_validator("host")
     @classmethod
     def _host(cls, value: str) -> str:
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            if not is_host_name(value):
-                raise ValueError(f"{value!r} is neither an IP address nor a host name") from None
-        return value
+        return check_host(value)
 
 
 class ClusterSchema(_Section):
