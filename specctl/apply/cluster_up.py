@@ -19,6 +19,7 @@ from specctl.apply.events import ApplyEvents
 from specctl.apply.state import NodeState
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalClusterError, LocalNodeSpec
+from specctl.cluster.ports import reserve
 from specctl.config.cluster import ClusterConfig
 from specctl.config.schema import NodeSpec
 from specctl.home import SpecctlHome
@@ -82,6 +83,9 @@ def local_cluster(
         for n in config.nodes
         if n.is_local
     ]
+    # the endpoint binds its port only after the cluster is up: the nodes' ports (chosen now)
+    # must not take it (one test run's `serve` failed with "Address already in use")
+    reserve(config.server.port)
     return LocalCluster(specs, home.ray_root, token_file) if specs else None
 
 

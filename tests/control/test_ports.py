@@ -1,9 +1,16 @@
 """Loopback ports for a local cluster's servers (specctl/cluster/ports.py): free, below the
 kernel's ephemeral range where it has room, and never handed out twice in a process."""
 
+from pathlib import Path
+
 import pytest
 
+from specctl.apply import cluster_up
 from specctl.cluster import ports
+from specctl.config.loader import load_config
+from specctl.home import SpecctlHome
+
+from .deployment_cli import local_cluster_file
 
 
 def test_no_port_is_handed_out_twice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,3 +36,27 @@ def test_a_reserved_port_is_not_handed_out(monkeypatch: pytest.MonkeyPatch) -> N
     chosen = [ports.free_port() for _ in range(30)]
     assert not reserved & set(chosen)
     assert len(set(chosen)) == len(chosen)
+
+
+def test_the_endpoint_port_is_reserved_before_the_nodes_choose_theirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve` binds the cluster file's port only once the nodes are up: a node's client
+    server or dashboard agent must not take it first (one test run's `serve` failed with
+    "Address already in use"). The nodes' ports are chosen when the local cluster is built."""
+    monkeypatch.setattr(ports, "_handed_out", set())
+    endpoint = ports.free_port()
+    monkeypatch.setattr(ports, "_handed_out", set())
+    config = load_config(local_cluster_file(tmp_path / "cluster.toml", endpoint))
+    home = SpecctlHome(tmp_path / "home").ensure()
+    local = cluster_up.local_cluster(config, home, tmp_path / "token")
+    assert local is not None and len(local.nodes) == 2
+    chosen = {
+        port
+        for node in local.nodes
+        for port in (
+            node.config.ray.client_server_port,
+            node.config.ray.dashboard_agent_listen_port,
+        )
+    }
+    assert endpoint in ports._handed_out and endpoint not in chosen
