@@ -1,6 +1,7 @@
 """Per-step deltas, abort, failure recovery, and the engine loop thread that serving builds on."""
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,69 @@ def test_abort_running_and_waiting_frees_slots(target_dir: Path, draft_dir: Path
     engine.add_request(Request("r0", prompts[0], _greedy(max_tokens=2)))  # id reusable
     _drain(engine)
     assert len(engine.scheduler.free_slots) == 2
+
+
+def test_first_tokens_are_handed_out_before_the_round(
+    target_dir: Path, draft_dir: Path, prompts, reference
+):
+    """`step(on_prefilled)`: a request admitted in this step gets its first token (the
+    prefill's) before the batch's round runs, and not again in the step's deltas; a request
+    that ends on its first token ends there, once."""
+    engine = make_engine(target_dir, draft_dir, k=3, batch=4)
+    engine.add_request(Request("r0", prompts[0], _greedy()))
+    deltas = list(engine.step().deltas)  # r0 prefilled and one round run
+    engine.add_request(Request("r1", prompts[1], _greedy()))
+    engine.add_request(Request("one", prompts[2], _greedy(max_tokens=1)))
+    handed: list[RequestDelta] = []
+    r0_at_hand: list[int] = []
+
+    def prefilled(firsts: list[RequestDelta]) -> None:
+        handed.extend(firsts)
+        (r0,) = [s for s in engine.scheduler.running if s.request.request_id == "r0"]
+        r0_at_hand.append(r0.num_output_tokens)
+
+    r0_before = sum(len(d.new_token_ids) for d in deltas)
+    out = engine.step(prefilled)
+    assert {d.request_id: d.new_token_ids for d in handed} == {
+        "r1": reference[1][:1],
+        "one": reference[2][:1],
+    }
+    assert [d.finish_reason for d in handed if d.request_id == "one"] == ["length"]
+    assert r0_at_hand == [r0_before]  # the round had not run yet
+    assert "one" not in {d.request_id for d in out.deltas}  # ended once, early
+    assert [o.request_id for o in out.finished] == ["one"]
+    r1_rest = [t for d in out.deltas if d.request_id == "r1" for t in d.new_token_ids]
+    assert r1_rest and r1_rest == reference[1][1 : 1 + len(r1_rest)]  # the round's, after it
+    deltas += handed + out.deltas + _drain(engine)
+    for i, rid in enumerate(["r0", "r1"]):
+        assert [t for d in deltas if d.request_id == rid for t in d.new_token_ids] == reference[i]
+
+
+def test_loop_streams_a_new_request_first_token_before_the_round(
+    target_dir: Path, draft_dir: Path, prompts
+):
+    """The loop hands a request's first token to the sink on its own, as soon as the prefill
+    is done, while another request keeps the batch busy; not with the round's tokens."""
+    engine = make_engine(target_dir, draft_dir, k=3, batch=4)
+    sink = DeltaCollector()
+    loop = EngineLoop(engine, sink)
+    loop.start()
+    try:
+        loop.submit(Request("busy", prompts[0], _greedy(max_tokens=4000)))
+        deadline = time.monotonic() + 60
+        while len(sink.tokens("busy")) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(sink.tokens("busy")) >= 8, "the busy request did not get going"
+        loop.submit(Request("new", prompts[1], _greedy()))
+        sink.wait_finished(["new"])
+        loop.abort("busy")
+        sink.wait_finished(["busy"])
+        with sink.cond:
+            (first,) = [o for o in sink.outputs if any(d.request_id == "new" for d in o.deltas)][:1]
+        assert [(d.request_id, len(d.new_token_ids)) for d in first.deltas] == [("new", 1)]
+        assert not first.rounds  # handed out before the round that step runs
+    finally:
+        loop.stop()
 
 
 class _FailingProposer(NgramProposer):

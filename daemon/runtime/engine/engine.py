@@ -32,6 +32,8 @@ CATCH_UP_LEARNED = 0.5
 logger = logging.getLogger(__name__)
 
 Detokenize = Callable[[list[int]], str]
+# handed the new requests' first tokens as soon as their prefill is done, before the round
+Prefilled = Callable[[list[RequestDelta]], None]
 
 
 @dataclass(slots=True)
@@ -237,15 +239,22 @@ class SpecEngine:
         return [done[rid] for rid in ids]
 
     # -- one step ---------------------------------------------------------------------------
-    def step(self) -> StepOutput:
-        """Admit, run one round, retire; report what every request gained in this step."""
+    def step(self, on_prefilled: Prefilled | None = None) -> StepOutput:
+        """Admit, run one round, retire; report what every request gained in this step.
+        `on_prefilled` gets the admitted requests' first tokens (sampled by the prefill) before
+        the round runs: a stream's first token need not wait for the batch's round. Those
+        deltas are not in the step's output again."""
         out = StepOutput(deltas=self._ended_waiting)
         self._ended_waiting = []
         self._measured = None  # set by this step's round (not left by one that raised)
         stats = out.stats
         start = time.perf_counter()
         with torch.inference_mode():
-            self._admit(stats)
+            new = self._admit(stats)
+            if on_prefilled is not None and new:
+                firsts = [d for d in (seq.take_delta() for seq in new) if d is not None]
+                if firsts:
+                    on_prefilled(firsts)
             running = [s for s in self.scheduler.running if not s.is_finished]
             if running:
                 self._round(running, stats)
@@ -273,13 +282,14 @@ class SpecEngine:
             self.stats.add(stats)
         return out
 
-    def _admit(self, stats: RoundStats) -> None:
+    def _admit(self, stats: RoundStats) -> list[Sequence]:
+        """Prefill the waiting requests that fit; returns their sequences (now running)."""
         new: list[Sequence] = []
         while self.scheduler.can_admit():
             request, slot = self.scheduler.admit()
             new.append(self._new_sequence(request, slot))
         if not new:
-            return
+            return new
         self._admitting = new  # neither waiting nor running: fail_all must still find them
         t0 = time.perf_counter()
         prefill(self.target, new, self.config.max_prefill_tokens)
@@ -294,6 +304,7 @@ class SpecEngine:
         for seq in new:
             self.scheduler.start(seq)
         self._admitting = []
+        return new
 
     def _new_sequence(self, request: Request, slot: int) -> Sequence:
         stop = StopChecker(

@@ -200,8 +200,15 @@ class EngineLoop:
         return refused
 
     def _step(self, output: LoopOutput) -> None:
+        def prefilled(firsts: list[RequestDelta]) -> None:
+            # the new requests' first tokens (and what `_apply` refused) go out now, not
+            # after the round: a stream's time to first token is its prefill's, not a round's
+            early = LoopOutput(deltas=[*output.deltas, *firsts])
+            output.deltas = []
+            self._emit(early)
+
         try:
-            step = self.engine.step()
+            step = self.engine.step(prefilled)
         except Exception as exc:  # a failed step leaves no state worth keeping
             logger.exception("engine step failed; ending every request in flight")
             output.deltas.extend(self.engine.fail_all(f"engine step failed: {exc}"))

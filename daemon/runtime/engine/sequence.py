@@ -33,6 +33,7 @@ class Sequence:
     # one or two)
     drafter_behind: int = 0
     num_reported: int = 0  # output tokens already handed out in deltas
+    finish_reported: bool = False  # a delta with the finish reason was handed out
     started_s: float = field(default_factory=time.perf_counter)
     finished_s: float = 0.0
 
@@ -79,10 +80,11 @@ class Sequence:
     def take_delta(self) -> RequestDelta | None:
         """The output tokens not yet reported (and the finish reason), or None if nothing new."""
         num_output = self.num_output_tokens
-        if num_output == self.num_reported and not self.is_finished:
+        if num_output == self.num_reported and (not self.is_finished or self.finish_reported):
             return None
         start = self.num_prompt_tokens + self.num_reported
         self.num_reported = num_output
+        self.finish_reported = self.is_finished
         return RequestDelta(
             request_id=self.request.request_id,
             new_token_ids=self.token_ids[start:],
