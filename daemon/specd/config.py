@@ -5,7 +5,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from daemon.specd.address import check_host
 
@@ -13,6 +13,9 @@ DEFAULT_HOST = "127.0.0.1"  # never 0.0.0.0 unless the operator says so
 DEFAULT_PORT = 7601
 DEFAULT_TOKEN_FILE = "/etc/specd/cluster.token"
 DEFAULT_STATE_DIR = "/var/lib/specd"
+# the ports Ray hands its worker processes (`ray start`'s --min/--max-worker-port defaults): a
+# server of the node's own on one of them fails as soon as a worker takes it first
+RAY_WORKER_PORTS = range(10002, 20000)
 
 
 class ConfigError(Exception):
@@ -37,6 +40,26 @@ class RayConfig(BaseModel):
     probe_timeout_s: float = Field(60.0, gt=0, le=600)
     head_connect_timeout_s: float = Field(3.0, gt=0, le=60)
 
+    @field_validator("port", "client_server_port", "dashboard_agent_listen_port")
+    @classmethod
+    def _outside_worker_ports(cls, value: int) -> int:
+        if value in RAY_WORKER_PORTS:
+            raise ValueError(
+                f"{value} is one of the ports Ray gives its workers "
+                f"({RAY_WORKER_PORTS.start}-{RAY_WORKER_PORTS.stop - 1}): pick one outside"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> "RayConfig":
+        seen: dict[int, str] = {}
+        for name in ("port", "client_server_port", "dashboard_agent_listen_port"):
+            value = getattr(self, name)
+            if value in seen:
+                raise ValueError(f"{name} and {seen[value]} are both {value}: each needs its own")
+            seen[value] = name
+        return self
+
 
 class SpecdConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -53,6 +76,14 @@ class SpecdConfig(BaseModel):
     def _host(cls, value: str) -> str:
         """An address to bind: "256.1.1.1" passed, and uvicorn failed later on it."""
         return check_host(value)
+
+    @model_validator(mode="after")
+    def _api_port_apart(self) -> "SpecdConfig":
+        ray = self.ray
+        for name in ("port", "client_server_port", "dashboard_agent_listen_port"):
+            if getattr(ray, name) == self.port:
+                raise ValueError(f"port and ray.{name} are both {self.port}: each needs its own")
+        return self
 
     @property
     def log_file(self) -> Path:
@@ -86,7 +117,7 @@ def _describe(error: ValidationError, path: Path | None, flags: set[str]) -> str
             where = f"{path}: field '{field}'"
         else:
             where = f"field '{field}'"
-        lines.append(f"{where}: {item['msg']}")
+        lines.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
     return "invalid specd configuration:\n  " + "\n  ".join(lines)
 
 

@@ -82,8 +82,11 @@ def validation_error(errors: list[dict[str, Any]]) -> OpenAIError:
     first = max(errors, key=lambda e: len(e.get("loc", ())))
     kind = first.get("type", "")
     if kind == "json_invalid":
-        reason = (first.get("ctx") or {}).get("error", "")
-        return invalid_param(None, f"the request body is not valid JSON ({reason})".strip())
+        reason = (first.get("ctx") or {}).get("error", "") or "JSON decode error"
+        loc = tuple(first.get("loc", ()))
+        if len(loc) == 2 and isinstance(loc[1], int):  # FastAPI's ("body", offset)
+            reason += f", at character {loc[1]}"
+        return invalid_param(None, f"the request body is not valid JSON ({reason})")
     param = param_of(tuple(first.get("loc", ())))
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     if param is None:

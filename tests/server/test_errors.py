@@ -130,6 +130,8 @@ def test_body_that_is_not_a_json_object(server: ServeProcess, content: bytes) ->
     )
     error = _error(response, 400)
     assert error["param"] is None
+    if content == b"{not json":  # where the JSON breaks
+        assert "not valid JSON" in error["message"] and "at character 1" in error["message"]
 
 
 def test_unknown_model_is_a_404(server: ServeProcess) -> None:

@@ -33,6 +33,9 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         ("[ray]\nstart_timeout_s = 'soon'\n", "field 'ray.start_timeout_s'"),
         ("colour = 'red'\n", "field 'colour'"),
         ("port = \n", "invalid TOML"),
+        ("[ray]\nport = 12000\n", "field 'ray.port': 12000 is one of the ports"),
+        ("[ray]\nclient_server_port = 52365\n", "dashboard_agent_listen_port and client_serv"),
+        ("port = 6379\n", "port and ray.port are both 6379"),
     ],
 )
 def test_bad_files_name_file_and_field(tmp_path: Path, text: str, expected: str) -> None:
