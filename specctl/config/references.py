@@ -15,7 +15,8 @@ DRAFTER: Loc = ("deployment", "drafter")
 
 
 def _one_of(kind: str, names: list[str]) -> str:
-    return f"{kind} are: {', '.join(names)}" if names else f"no {kind} are declared"
+    distinct = list(dict.fromkeys(names))  # a duplicate name has its own error already
+    return f"{kind} are: {', '.join(distinct)}" if distinct else f"no {kind} are declared"
 
 
 def check_references(config: ClusterConfig) -> list[Problem]:

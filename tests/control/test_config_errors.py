@@ -199,6 +199,24 @@ def test_one_clear_error_with_file_line_and_field(
     assert [str(issue) for issue in caught.value.issues] == [f"cluster.toml:{line}: {expected}"]
 
 
+def test_a_renamed_node_still_named_by_the_drafter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Renaming a node to another's name leaves the drafter's reference dangling: two errors,
+    each at its own line, and the list of valid names names each node once."""
+    path, _ = write_cluster(
+        tmp_path, replace_line(SPARK_5090, 'name = "rtx5090"', 'name = "spark"')
+    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path.name)
+    messages = [str(issue).split(": ", 1)[1] for issue in caught.value.issues]
+    assert messages == [
+        'nodes[1].name: duplicate name "spark" (also nodes[0])',
+        'deployment.drafter.node: unknown node "rtx5090"; nodes are: spark',
+    ]
+
+
 def test_the_unbroken_file_loads(tmp_path: Path) -> None:
     path, _ = write_cluster(tmp_path, SPARK_5090)
     config = load_config(path)
