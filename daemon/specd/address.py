@@ -26,6 +26,17 @@ def check_host(host: str) -> str:
     return host
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine's loopback ("localhost", 127.0.0.0/8, ::1): an
+    address only processes on the same machine can dial."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """Split 'host:port' ('[v6]:port' for IPv6); raise ValueError saying what is wrong."""
     host, sep, port_text = text.rpartition(":")

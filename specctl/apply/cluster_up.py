@@ -15,6 +15,7 @@ import httpx
 
 from daemon.cluster_token import TokenError, generate_token, read_token, write_token
 from daemon.shard.node_context import NODE_LABEL
+from daemon.specd.address import is_loopback, parse_address
 from specctl.apply.events import ApplyEvents
 from specctl.apply.state import NodeState
 from specctl.cluster.local_cluster import LocalCluster
@@ -107,6 +108,7 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
             address = local.start()
         else:
             address = _specd_start(config, head, token_file, None, started)
+            _check_joinable(config, address)
             if local is not None:
                 local.start(address)
         for node in config.nodes[1:]:
@@ -130,6 +132,30 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
             for n in config.nodes
         ],
     )
+
+
+def _machine(node: NodeSpec) -> str:
+    """Which machine a node runs on, as far as the file says: "" for this one."""
+    if node.is_local:
+        return ""
+    host = parse_address(node.specd)[0]
+    return "" if is_loopback(host) else host.lower()
+
+
+def _check_joinable(config: ClusterConfig, address: str) -> None:
+    """A head that gives its GCS on loopback (its specd.toml sets no ray.node_ip_address)
+    can be joined from its own machine only: say so before a node elsewhere tries."""
+    if not is_loopback(parse_address(address)[0]):
+        return
+    head = config.nodes[0]
+    for node in config.nodes[1:]:
+        if _machine(node) != _machine(head):
+            raise ClusterUpError(
+                f"node {node.name} cannot join the head {head.name}: its specd gives the GCS "
+                f"as {address}, a loopback address. Set ray.node_ip_address in "
+                f"{head.name}'s specd.toml to an address {node.name} reaches, and restart "
+                "that specd"
+            )
 
 
 def _undo_start(

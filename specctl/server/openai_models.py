@@ -126,6 +126,16 @@ class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    # a tool-calling conversation's turns: refused like `tools` (they were dropped silently,
+    # so the model saw a conversation other than the one sent)
+    tool_calls: list[Any] | None = None
+    function_call: Any = None
+
+    @field_validator("tool_calls", "function_call")
+    @classmethod
+    def _no_tool_calls(cls, value: Any) -> Any:
+        _refuse_unless(not value, "tool and function calling are not supported")
+        return value
 
     @property
     def text(self) -> str:

@@ -12,6 +12,7 @@ import pytest
 from daemon.cluster_token import generate_token, write_token
 from specctl.apply import cluster_up
 from specctl.apply.state import NodeState
+from specctl.config.loader import load_config_text
 
 from .cluster_files import EXAMPLES, SPARK_5090, replace_line, write_cluster
 from .deployment_cli import DEMO_TARGET, Cli, free_port, local_cluster_file
@@ -203,3 +204,32 @@ def test_down_waits_out_a_specd_busy_with_a_start(
             cluster_up.take_down_nodes([node], None)
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("worker_specd", "gcs", "refused"),
+    [
+        ("desktop.local:7601", "127.0.0.1:6379", True),  # another machine, loopback GCS
+        ("localhost:7602", "127.0.0.1:6379", False),  # the head's own machine
+        ("desktop.local:7601", "10.0.0.11:6379", False),  # a GCS others can dial
+        ("[::1]:7602", "[::1]:6379", False),
+    ],
+)
+def test_a_head_on_loopback_is_joined_from_its_own_machine_only(
+    tmp_path: Path, worker_specd: str, gcs: str, refused: bool
+) -> None:
+    """A specd head whose specd.toml sets no ray.node_ip_address gives its GCS as
+    127.0.0.1:PORT: a node on another machine is told what to set before it tries to join."""
+    text = replace_line(SPARK_5090, 'specd = "spark.local:7601"', 'specd = "127.0.0.1:7601"')
+    text = replace_line(text, 'specd = "desktop.local:7601"', f'specd = "{worker_specd}"')
+    config = load_config_text(text)
+    if not refused:
+        cluster_up._check_joinable(config, gcs)
+        return
+    with pytest.raises(cluster_up.ClusterUpError) as caught:
+        cluster_up._check_joinable(config, gcs)
+    assert str(caught.value) == (
+        f"node rtx5090 cannot join the head spark: its specd gives the GCS as {gcs}, a loopback "
+        "address. Set ray.node_ip_address in spark's specd.toml to an address rtx5090 reaches, "
+        "and restart that specd"
+    )

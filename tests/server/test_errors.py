@@ -84,6 +84,13 @@ BAD_PARAMETERS = [
     ("/v1/chat/completions", {**CHAT_BODY, "tools": [{"type": "function"}]}, "tools"),
     ("/v1/chat/completions", {**CHAT_BODY, "tool_choice": "auto"}, "tool_choice"),
     ("/v1/chat/completions", {**CHAT_BODY, "functions": [{"name": "f"}]}, "functions"),
+    ("/v1/chat/completions",
+     {**CHAT_BODY, "messages": [
+         {"role": "user", "content": "weather?"},
+         {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                "function": {"name": "w", "arguments": "{}"}}]},
+     ]},
+     "messages[1].tool_calls"),
     ("/v1/chat/completions", {**CHAT_BODY, "response_format": {"type": "json_object"}},
      "response_format"),
     ("/v1/chat/completions", {**CHAT_BODY, "max_completion_tokens": -1}, "max_completion_tokens"),
