@@ -37,6 +37,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def same_address(a: str, b: str) -> bool:
+    """Whether two host:port addresses name the same endpoint as written: equal ports, and
+    hosts equal but for case, or both this machine's loopback ("localhost:6379" is
+    "127.0.0.1:6379"). Names are not resolved."""
+    (host_a, port_a), (host_b, port_b) = parse_address(a), parse_address(b)
+    if port_a != port_b:
+        return False
+    return host_a.lower() == host_b.lower() or (is_loopback(host_a) and is_loopback(host_b))
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """Split 'host:port' ('[v6]:port' for IPv6); raise ValueError saying what is wrong."""
     host, sep, port_text = text.rpartition(":")

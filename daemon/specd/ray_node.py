@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from daemon.cluster_token import TokenError, read_token
-from daemon.specd.address import is_reachable, parse_address
+from daemon.specd.address import is_reachable, parse_address, same_address
 from daemon.specd.api_models import RayStartRequest
 from daemon.specd.config import SpecdConfig
 from daemon.specd.inventory import Inventory
@@ -129,8 +129,10 @@ class RayNode:
     def _same_or_conflict(self, request: RayStartRequest) -> RunningNode:
         node = self._running
         assert node is not None
-        same_address = request.role == "head" or request.address == node.gcs_address
-        if request.role != node.role or not same_address:
+        same_head = request.role == "head" or (
+            request.address is not None and same_address(request.address, node.gcs_address)
+        )
+        if request.role != node.role or not same_head:
             raise RayNodeError(
                 409,
                 f"Ray already runs here as {node.role} of {node.gcs_address}; "

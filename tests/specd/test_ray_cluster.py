@@ -63,6 +63,11 @@ def test_two_node_cluster_through_the_api(
 
     response = worker.call("POST", "/v1/ray/start", json={"role": "worker", "address": gcs_address})
     assert response.status_code == 200, response.text
+    port = gcs_address.rsplit(":", 1)[1]  # the same head, spelled otherwise: a no-op, not a 409
+    again = worker.call(
+        "POST", "/v1/ray/start", json={"role": "worker", "address": f"localhost:{port}"}
+    )
+    assert again.status_code == 200 and again.json()["started"] is False, again.text
 
     status = head.call("GET", "/v1/ray/status").json()
     assert status["error"] is None, status["error"]
