@@ -145,9 +145,13 @@ def _machine(node: NodeSpec) -> str:
 def _check_joinable(config: ClusterConfig, address: str) -> None:
     """A head that gives its GCS on loopback (its specd.toml sets no ray.node_ip_address)
     can be joined from its own machine only: say so before a node elsewhere tries."""
-    if not is_loopback(parse_address(address)[0]):
-        return
     head = config.nodes[0]
+    try:
+        host = parse_address(address)[0]
+    except ValueError as exc:
+        raise ClusterUpError(f"the head {head.name}'s specd gave the GCS as {exc}") from None
+    if not is_loopback(host):
+        return
     for node in config.nodes[1:]:
         if _machine(node) != _machine(head):
             raise ClusterUpError(
