@@ -32,6 +32,7 @@ from specctl.console import make_console
 from specctl.server.app import AppOptions, BackendLoader, ServingState, create_app
 from specctl.server.auth import ApiKeyFileError, read_api_key_file
 from specctl.server.frontend import ServingObserver
+from specctl.server.header_timeout import header_timeout_protocol
 from specctl.server.local_backend import LocalBackend
 from specctl.server.serve_log import StatsLogger
 from specctl.server.snapshot import SnapshotListener
@@ -256,9 +257,11 @@ def _make_server(app: FastAPI, opts: ServeOptions) -> "_Server":
         timeout_graceful_shutdown=int(opts.graceful_timeout_s) + UVICORN_BACKSTOP_S,
         lifespan="on",
         # connections and tasks at once; past it, 503s. Each stream holds one, so the engine's
-        # batch and queue fit many times over; a flood of idle or half-sent connections
-        # (uvicorn has no timeout for a request's headers) cannot take every socket
+        # batch and queue fit many times over
         limit_concurrency=MAX_CONNECTIONS,
+        # h11 with a deadline for each request's headers: idle or half-sent connections are
+        # closed, so that they cannot fill the cap above
+        http=header_timeout_protocol(),
     )
     return _Server(config, app.state.serving, opts.graceful_timeout_s)
 
