@@ -10,6 +10,7 @@ import uvicorn
 from daemon.cluster_token import TokenError, read_token
 from daemon.specd.collect import collect_inventory
 from daemon.specd.config import ConfigError, load_config
+from daemon.specd.header_timeout import header_timeout_protocol
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="specd: the specctl node daemon."
@@ -52,7 +53,14 @@ def run_command(
     logging.getLogger("daemon.specd").info("node %s: %s", config.node_name, inventory().summary())
     ray_node = RayNode(config, token_path, inventory, token)
     api = create_app(config, token, token_path, ray_node, inventory)
-    uvicorn.run(api, host=config.host, port=config.port, log_config=None, access_log=False)
+    uvicorn.run(
+        api,
+        host=config.host,
+        port=config.port,
+        log_config=None,
+        access_log=False,
+        http=header_timeout_protocol(),  # idle or half-sent connections are closed
+    )
 
 
 def main() -> None:

@@ -27,12 +27,12 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from daemon.runtime.engine.builder import EngineSpec
 from daemon.runtime.engine.loop import DEFAULT_MAX_WAITING
 from daemon.runtime.errors import ModelLoadError, RequestError
+from daemon.specd.header_timeout import header_timeout_protocol
 from specctl.commands.generate import speculation_config
 from specctl.console import make_console
 from specctl.server.app import AppOptions, BackendLoader, ServingState, create_app
 from specctl.server.auth import ApiKeyFileError, read_api_key_file
 from specctl.server.frontend import ServingObserver
-from specctl.server.header_timeout import header_timeout_protocol
 from specctl.server.local_backend import LocalBackend
 from specctl.server.serve_log import StatsLogger
 from specctl.server.snapshot import SnapshotListener

@@ -1,5 +1,5 @@
-"""A request's headers, bounded in arrival time (specctl/server/header_timeout.py): a real
-uvicorn server on loopback with the protocol `specctl serve` runs, over raw sockets."""
+"""A request's headers, bounded in arrival time (daemon/specd/header_timeout.py): a real
+uvicorn server on loopback with the protocol `specctl serve` and specd run, over raw sockets."""
 
 import asyncio
 import socket
@@ -11,7 +11,7 @@ import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from specctl.server.header_timeout import header_timeout_protocol
+from daemon.specd.header_timeout import header_timeout_protocol
 from tests.ports import free_port
 
 TIMEOUT_S = 0.5
