@@ -114,8 +114,21 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 405:
         message = f"method {request.method} is not allowed on {request.url.path}"
         return OpenAIError(405, message, code="method_not_allowed", headers=exc.headers).response()
+    if exc.status_code == 400 and (reason := _body_read_problem(exc.__cause__)):
+        return invalid_param(None, reason).response()
     kind = SERVER_ERROR if exc.status_code >= 500 else INVALID_REQUEST
     return OpenAIError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers).response()
+
+
+def _body_read_problem(cause: BaseException | None) -> str | None:
+    """What FastAPI's "There was an error parsing the body" was (it chains the cause): bytes
+    that are not UTF-8, or a JSON number Python will not convert."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the request body is not valid UTF-8 (byte {cause.start})"
+    if isinstance(cause, ValueError):
+        first = str(cause).split(":", 1)[0]
+        return f"the request body is not valid JSON ({first})"
+    return None
 
 
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -128,8 +128,15 @@ def test_harmless_fields_are_accepted(server: ServeProcess) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b"[1, 2]", b"", b'"a string"'],
-    ids=["broken", "array", "empty", "string"],
+    [
+        b"{not json",
+        b"[1, 2]",
+        b"",
+        b'"a string"',
+        b'{"prompt": "\xff"}',
+        b'{"seed": ' + b"9" * 5000 + b"}",
+    ],
+    ids=["broken", "array", "empty", "string", "not-utf8", "huge-integer"],
 )
 def test_body_that_is_not_a_json_object(server: ServeProcess, content: bytes) -> None:
     response = server.client.post(
@@ -137,6 +144,11 @@ def test_body_that_is_not_a_json_object(server: ServeProcess, content: bytes) ->
     )
     error = _error(response, 400)
     assert error["param"] is None
+    assert "error parsing the body" not in error["message"]  # FastAPI's words name nothing
+    if content.startswith(b'{"prompt"'):
+        assert error["message"] == "the request body is not valid UTF-8 (byte 12)"
+    if content.startswith(b'{"seed"'):
+        assert "Exceeds the limit (4300 digits) for integer string conversion" in error["message"]
     if content == b"{not json":  # where the JSON breaks
         assert "not valid JSON" in error["message"] and "at character 1" in error["message"]
 
