@@ -217,6 +217,36 @@ def test_loop_survives_a_failed_step_and_stop_ends_requests(target_dir: Path, pr
     assert loop.num_in_flight == 0
 
 
+def test_a_round_failing_after_a_request_ended_on_its_first_token(
+    target_dir: Path, prompts, reference
+):
+    """A request that ends at its prefill is reported before the round; when that round then
+    fails, the loop lives on: the other request ends with the error, the ended one is not
+    reported again, and every slot is free for the next request."""
+    engine = make_engine(target_dir, k=2, batch=4)
+    engine.proposer = _FailingProposer(fail_on=1)
+    engine.controller.config.fixed_k = engine.controller.config.max_k = 2
+    sink = DeltaCollector()
+    loop = EngineLoop(engine, sink)
+    # both in the inbox before the loop runs: admitted in the same step
+    loop.submit(Request("busy", prompts[0], _greedy()))
+    loop.submit(Request("one", prompts[1], _greedy(max_tokens=1)))
+    loop.start()
+    try:
+        sink.wait_finished(["busy", "one"])
+        assert [(d.finish_reason, d.new_token_ids) for d in sink.deltas("one")] == [
+            ("length", reference[1][:1])
+        ]
+        assert sink.last("busy").finish_reason == "error"
+        assert "drafter exploded" in (sink.last("busy").error or "")
+        assert len(engine.scheduler.free_slots) == 4
+        loop.submit(Request("after", prompts[2], _greedy()))
+        sink.wait_finished(["after"])
+        assert sink.tokens("after") == reference[2]
+    finally:
+        loop.stop()
+
+
 class _FailingAdmitProposer(NgramProposer):
     """The real n-gram proposer, failing when it is first told of new sequences, i.e. while
     they are being admitted: neither waiting nor running (fault injection)."""

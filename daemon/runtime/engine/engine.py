@@ -136,10 +136,10 @@ class SpecEngine:
         ]
         for seq in [*self.scheduler.running, *self._admitting]:
             seq.finish(FINISH_ERROR)
-            delta = seq.take_delta()
-            assert delta is not None
-            delta.finish_reason, delta.error = FINISH_ERROR, message
-            deltas.append(delta)
+            # None: it ended on its first token and was reported so before the round
+            if (delta := seq.take_delta()) is not None:
+                delta.finish_reason, delta.error = FINISH_ERROR, message
+                deltas.append(delta)
             try:
                 self._free(seq.slot)
             except Exception as exc:  # the step failed already: end the requests regardless
