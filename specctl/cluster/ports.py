@@ -16,8 +16,10 @@ import socket
 import threading
 from pathlib import Path
 
+from daemon.specd.config import RAY_WORKER_PORTS
+
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LOWEST = 20000  # above Ray's worker ports (10002-19999 by default)
+LOWEST = RAY_WORKER_PORTS.stop  # above Ray's worker ports (10002-19999 by default)
 TRIES = 100
 
 _lock = threading.Lock()
@@ -48,7 +50,8 @@ def reserve(port: int) -> None:
 
 def free_port() -> int:
     """A loopback port free now, below the kernel's ephemeral range where it has room (else
-    from it), never one this process handed out or reserved before."""
+    from it), never one of Ray's worker ports, nor one this process handed out or reserved
+    before."""
     high = _ephemeral_low()
     with _lock:
         if high - LOWEST >= 1000:
@@ -61,7 +64,8 @@ def free_port() -> int:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = int(sock.getsockname()[1])
-            if port not in _handed_out:
+            # an ephemeral range that reaches down into Ray's worker ports (10000-65535, say)
+            if port not in _handed_out and port not in RAY_WORKER_PORTS:
                 _handed_out.add(port)
                 return port
     raise OSError(f"no free loopback port found in {TRIES} tries")

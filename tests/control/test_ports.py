@@ -60,3 +60,22 @@ def test_the_endpoint_port_is_reserved_before_the_nodes_choose_theirs(
         )
     }
     assert endpoint in ports._handed_out and endpoint not in chosen
+
+
+def test_ports_from_the_ephemeral_range_skip_ray_worker_ports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no room below the kernel's ephemeral range, ports come from it; where that range
+    reaches into Ray's worker ports (10000-65535, say) those are skipped, as specd's config
+    refuses them. Here the worker range is moved over the lower half of this kernel's
+    ephemeral range, so about half of the kernel's picks must be passed over."""
+    low = ports._ephemeral_low()
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+        high = int(file.read().split()[1])
+    workers = range(low, (low + high) // 2)
+    monkeypatch.setattr(ports, "_handed_out", set())
+    monkeypatch.setattr(ports, "_ephemeral_low", lambda: ports.LOWEST)  # no room below it
+    monkeypatch.setattr(ports, "RAY_WORKER_PORTS", workers)
+    chosen = [ports.free_port() for _ in range(20)]
+    assert not [port for port in chosen if port in workers]
+    assert len(set(chosen)) == len(chosen)
