@@ -108,12 +108,19 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
             address = local.start()
         else:
             address = _specd_start(config, head, token_file, None, started)
-            _check_joinable(config, address)
             if local is not None:
-                local.start(address)
+                try:
+                    local.start(address)
+                except LocalClusterError as exc:
+                    hint = loopback_hint(config, "the local nodes", address)
+                    raise LocalClusterError(f"{exc}{hint}") from None
         for node in config.nodes[1:]:
             if not node.is_local:
-                _specd_start(config, node, token_file, address, started)
+                try:
+                    _specd_start(config, node, token_file, address, started)
+                except ClusterUpError as exc:
+                    hint = loopback_hint(config, node.name, address)
+                    raise ClusterUpError(f"{exc}{hint}", exc.status) from None
     except (LocalClusterError, ClusterUpError) as exc:
         message = str(exc)
         leftover = _undo_start(started, local, running_before, token_file)
@@ -134,32 +141,28 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
     )
 
 
-def _machine(node: NodeSpec) -> str:
-    """Which machine a node runs on, as far as the file says: "" for this one."""
-    if node.is_local:
-        return ""
-    host = parse_address(node.specd)[0]
-    return "" if is_loopback(host) else host.lower()
-
-
-def _check_joinable(config: ClusterConfig, address: str) -> None:
-    """A head that gives its GCS on loopback (its specd.toml sets no ray.node_ip_address)
-    can be joined from its own machine only: say so before a node elsewhere tries."""
+def loopback_hint(config: ClusterConfig, who: str, address: str) -> str:
+    """What to change when `who` failed to join a head that gives its GCS on loopback, in case
+    `who` runs on another machine (the file cannot tell: a host name or a LAN address may be
+    this machine, and several nodes on one machine join a loopback head fine)."""
     head = config.nodes[0]
     try:
         host = parse_address(address)[0]
-    except ValueError as exc:
-        raise ClusterUpError(f"the head {head.name}'s specd gave the GCS as {exc}") from None
+    except ValueError:
+        return ""
     if not is_loopback(host):
-        return
-    for node in config.nodes[1:]:
-        if _machine(node) != _machine(head):
-            raise ClusterUpError(
-                f"node {node.name} cannot join the head {head.name}: its specd gives the GCS "
-                f"as {address}, a loopback address. Set ray.node_ip_address in "
-                f"{head.name}'s specd.toml to an address {node.name} reaches, and restart "
-                "that specd"
-            )
+        return ""
+    if head.is_local:
+        return (
+            f"; the head {head.name} is a local node, whose GCS ({address}) only this machine "
+            f"can reach: if {who} runs on another machine, list a specd node first to make it "
+            "the head"
+        )
+    return (
+        f"; the head {head.name}'s specd gives its GCS as {address}, a loopback address: if "
+        f"{who} runs on another machine, set ray.node_ip_address in {head.name}'s specd.toml "
+        "to an address it reaches, and restart that specd"
+    )
 
 
 def _undo_start(

@@ -4,7 +4,6 @@ unique, the API key file. Each problem keeps the path of the field it is about."
 import stat
 from pathlib import Path
 
-from daemon.specd.address import is_loopback, parse_address
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import Loc
 from specctl.config.schema import NGRAM
@@ -23,7 +22,6 @@ def _one_of(kind: str, names: list[str]) -> str:
 def check_references(config: ClusterConfig) -> list[Problem]:
     return [
         *_duplicates(config),
-        *_local_head(config),
         *_verifier_references(config),
         *_drafter_references(config),
         *_api_key_file(config),
@@ -58,27 +56,6 @@ def _duplicates(config: ClusterConfig) -> list[Problem]:
             problems.append(
                 ((("models", index, "name")), '"ngram" is reserved for the n-gram drafter')
             )
-    return problems
-
-
-def _local_head(config: ClusterConfig) -> list[Problem]:
-    """The first node is the Ray head. A local head runs on this machine and gives its GCS as
-    127.0.0.1:PORT, which a node on another machine cannot dial: refused here, where its
-    specd's joining would fail later with "unreachable"."""
-    if not config.nodes or not config.nodes[0].is_local:
-        return []
-    problems: list[Problem] = []
-    for index, node in enumerate(config.nodes):
-        if node.is_local or is_loopback(parse_address(node.specd)[0]):
-            continue
-        problems.append(
-            (
-                ("nodes", index, "specd"),
-                f"{node.specd} is another machine, and the Ray head (the first node, "
-                f'{config.nodes[0].name}) is "local": a local head is reachable from this '
-                "machine only. List a specd node first to make it the head",
-            )
-        )
     return problems
 
 

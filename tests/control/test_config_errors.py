@@ -143,16 +143,6 @@ CASES = [
         "(several GPUs of it go in its gpus)",
     ),
     (
-        "a local head with a node on another machine",
-        [
-            ('specd = "spark.local:7601"', 'specd = "local"'),
-            ('specd = "desktop.local:7601"', f'specd = "desktop.local:7601" {MARK}'),
-        ],
-        'nodes[1].specd: desktop.local:7601 is another machine, and the Ray head (the first '
-        'node, spark) is "local": a local head is reachable from this machine only. List a '
-        "specd node first to make it the head",
-    ),
-    (
         "model directory that does not exist",
         [(EIGHT_B_PATH, f'path = "/nonexistent/llama-8b" {MARK}')],
         "models[1].path: model directory /nonexistent/llama-8b does not exist",
