@@ -39,12 +39,20 @@ def is_loopback(host: str) -> bool:
 
 def same_address(a: str, b: str) -> bool:
     """Whether two host:port addresses name the same endpoint as written: equal ports, and
-    hosts equal but for case, or both this machine's loopback ("localhost:6379" is
-    "127.0.0.1:6379"). Names are not resolved."""
+    hosts equal as IP addresses (IPv6 in any spelling), as names but for case, or one of them
+    "localhost" and the other 127.0.0.1 or ::1. Names are not resolved."""
     (host_a, port_a), (host_b, port_b) = parse_address(a), parse_address(b)
-    if port_a != port_b:
-        return False
-    return host_a.lower() == host_b.lower() or (is_loopback(host_a) and is_loopback(host_b))
+    return port_a == port_b and bool(_spellings(host_a) & _spellings(host_b))
+
+
+def _spellings(host: str) -> set[str]:
+    host = host.lower()
+    if host == "localhost":
+        return {"localhost", "127.0.0.1", "::1"}
+    try:
+        return {str(ipaddress.ip_address(host))}
+    except ValueError:
+        return {host}
 
 
 def parse_address(text: str) -> tuple[str, int]:

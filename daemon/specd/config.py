@@ -22,6 +22,15 @@ class ConfigError(Exception):
     """The configuration is unusable; the message names the file or flag and the field."""
 
 
+def _outside_worker_ports(port: int) -> int:
+    if port in RAY_WORKER_PORTS:
+        raise ValueError(
+            f"{port} is one of the ports Ray gives its workers "
+            f"({RAY_WORKER_PORTS.start}-{RAY_WORKER_PORTS.stop - 1}): pick one outside"
+        )
+    return port
+
+
 class RayConfig(BaseModel):
     """How this node runs Ray."""
 
@@ -40,15 +49,9 @@ class RayConfig(BaseModel):
     probe_timeout_s: float = Field(60.0, gt=0, le=600)
     head_connect_timeout_s: float = Field(3.0, gt=0, le=60)
 
-    @field_validator("port", "client_server_port", "dashboard_agent_listen_port")
-    @classmethod
-    def _outside_worker_ports(cls, value: int) -> int:
-        if value in RAY_WORKER_PORTS:
-            raise ValueError(
-                f"{value} is one of the ports Ray gives its workers "
-                f"({RAY_WORKER_PORTS.start}-{RAY_WORKER_PORTS.stop - 1}): pick one outside"
-            )
-        return value
+    _outside_worker_ports = field_validator(
+        "port", "client_server_port", "dashboard_agent_listen_port"
+    )(classmethod(lambda cls, v: _outside_worker_ports(v)))
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> "RayConfig":
@@ -76,6 +79,10 @@ class SpecdConfig(BaseModel):
     def _host(cls, value: str) -> str:
         """An address to bind: "256.1.1.1" passed, and uvicorn failed later on it."""
         return check_host(value)
+
+    _api_port_outside_worker_ports = field_validator("port")(
+        classmethod(lambda cls, v: _outside_worker_ports(v))
+    )
 
     @model_validator(mode="after")
     def _api_port_apart(self) -> "SpecdConfig":

@@ -28,7 +28,10 @@ def test_loopback_hosts(host: str, loopback: bool) -> None:
     [
         ("127.0.0.1:6379", "127.0.0.1:6379", True),
         ("localhost:6379", "127.0.0.1:6379", True),
-        ("[::1]:6379", "127.0.0.1:6379", True),
+        ("localhost:6379", "[::1]:6379", True),
+        ("[2001:db8::1]:6379", "[2001:DB8:0:0::1]:6379", True),
+        ("[::1]:6379", "127.0.0.1:6379", False),  # two loopback addresses, two sockets
+        ("127.0.0.2:6379", "127.0.0.1:6379", False),
         ("Spark.Local:6379", "spark.local:6379", True),
         ("127.0.0.1:6379", "127.0.0.1:6380", False),
         ("10.0.0.11:6379", "127.0.0.1:6379", False),  # names and addresses are not resolved

@@ -36,6 +36,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         ("[ray]\nport = 12000\n", "field 'ray.port': 12000 is one of the ports"),
         ("[ray]\nclient_server_port = 52365\n", "dashboard_agent_listen_port and client_serv"),
         ("port = 6379\n", "port and ray.port are both 6379"),
+        ("port = 15000\n", "field 'port': 15000 is one of the ports Ray gives its workers"),
     ],
 )
 def test_bad_files_name_file_and_field(tmp_path: Path, text: str, expected: str) -> None:
