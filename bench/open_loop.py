@@ -15,8 +15,9 @@ together and a slow spell of a shared machine falls on all of them alike.
 (measured here first, on the same engine, with a closed batch of `--max-batch` requests of the
 mean length); `--rate` sets it in requests per second instead. Reported per configuration:
 latency from arrival to the last token (mean, p50, p90, p99), time to the first token (which the
-engine hands out when the prefill is done, before the step's round), tokens per second of busy time, the share of the time busy, the mean batch size and, for speculation,
-the mean tokens drafted per round. Greedy outputs are checked identical across configurations.
+engine hands out when the prefill is done, before the step's round), tokens per second of busy
+time, the share of the time busy, the mean batch size and, for speculation, the mean tokens
+drafted per round. Greedy outputs are checked identical across configurations.
 """
 
 import argparse
