@@ -2,6 +2,7 @@
 
     python -m bench.open_loop [--shape demo|narrow|wide | --target DIR --draft DIR]
                               [--load 0.7 | --rate R] [--requests N] [--max-batch B]
+                              [--seed S] [--seeds N]
 
 Requests arrive at random (a Poisson process), each with its own prompt (code and prose mixed)
 and its own length, and leave when done: the batch grows and shrinks the way a server's does,
@@ -17,7 +18,9 @@ mean length); `--rate` sets it in requests per second instead. Reported per conf
 latency from arrival to the last token (mean, p50, p90, p99), time to the first token (which the
 engine hands out when the prefill is done, before the step's round), tokens per second of busy
 time, the share of the time busy, the mean batch size and, for speculation, the mean tokens
-drafted per round. Greedy outputs are checked identical across configurations.
+drafted per round. Greedy outputs are checked identical across configurations. With `--seeds N`
+the whole comparison runs on the arrivals of N seeds in turn, and a last table gives each
+configuration's ratios to target-only per seed and their median.
 """
 
 import argparse
@@ -284,6 +287,49 @@ def results_table(results: list[LoadResult], title: str) -> Table:
     return table
 
 
+@dataclass(slots=True)
+class SeedSummary:
+    """One configuration over several arrival seeds: per seed, its mean latency's speedup over
+    target-only's and its tokens per busy second over target-only's; and their medians."""
+
+    mode: str
+    latency_speedups: list[float]
+    throughput_ratios: list[float]
+
+    @property
+    def median_latency_speedup(self) -> float:
+        return statistics.median(self.latency_speedups)
+
+    @property
+    def median_throughput_ratio(self) -> float:
+        return statistics.median(self.throughput_ratios)
+
+
+def summarize_seeds(per_seed: list[list[LoadResult]]) -> list[SeedSummary]:
+    """Each configuration's ratios to target-only (the first result of every run), per seed."""
+    summaries = [SeedSummary(r.mode, [], []) for r in per_seed[0]]
+    for results in per_seed:
+        base = results[0]
+        for summary, r in zip(summaries, results, strict=True):
+            summary.latency_speedups.append(base.latency_ms["mean"] / r.latency_ms["mean"])
+            summary.throughput_ratios.append(r.tokens_per_busy_s / base.tokens_per_busy_s)
+    return summaries
+
+
+def seeds_table(summaries: list[SeedSummary], seeds: list[int]) -> Table:
+    table = Table(title=f"over arrival seeds {', '.join(map(str, seeds))}: x target-only")
+    for col in ("mode", "mean latency speedup, median", "per seed", "tokens/busy s, median"):
+        table.add_column(col, justify="right")
+    for summary in summaries:
+        table.add_row(
+            summary.mode,
+            f"{summary.median_latency_speedup:.3f}",
+            " ".join(f"{v:.3f}" for v in summary.latency_speedups),
+            f"{summary.median_throughput_ratio:.3f}",
+        )
+    return table
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -353,6 +399,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--temperature", type=_non_negative_float, default=0.0)
     parser.add_argument("--seed", type=int, default=0, help="Seed of the arrivals.")
+    parser.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=1,
+        help="Run the arrivals of this many seeds (--seed on) and report each configuration's "
+        "median ratios to target-only over them (one run's ratios move by ~5%% near saturation).",
+    )
     parser.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads.")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
@@ -406,27 +459,46 @@ def main(argv: list[str] | None = None) -> None:
             f"{rate:.2f} requests/s = {args.load:g} x target-only's full-batch "
             f"{capacity:.0f} tokens/s / {mean_tokens:g} tokens a request"
         )
-    arrivals = make_arrivals(
-        prompts, args.requests, rate, args.min_tokens, args.max_tokens, args.seed
-    )
     console.print(
         f"{args.requests} requests arriving at {how}, {args.min_tokens}-{args.max_tokens} "
         f"tokens each, at most {args.max_batch} at once; {torch.get_num_threads()} thread(s)"
     )
-    results = run_open_loop(bench, specs, arrivals, args.max_batch, args.temperature)
-    title = f"open-loop load: {target_dir.name} + {draft_dir.name}"
-    console.print(results_table(results, title))
-    if args.temperature == 0.0:
-        console.print(f"greedy outputs identical across modes: {identical_outputs(results)}")
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    per_seed: list[list[LoadResult]] = []
+    for seed in seeds:
+        arrivals = make_arrivals(
+            prompts, args.requests, rate, args.min_tokens, args.max_tokens, seed
+        )
+        results = run_open_loop(bench, specs, arrivals, args.max_batch, args.temperature)
+        per_seed.append(results)
+        title = f"open-loop load: {target_dir.name} + {draft_dir.name}, arrival seed {seed}"
+        console.print(results_table(results, title))
+        if args.temperature == 0.0:
+            console.print(f"greedy outputs identical across modes: {identical_outputs(results)}")
+    summaries = summarize_seeds(per_seed)
+    if len(seeds) > 1:
+        console.print(seeds_table(summaries, seeds))
     if args.json:
         report = {
             "machine": describe_machine(args.threads),
             "target": str(target_dir),
             "draft": str(draft_dir),
             "rate_per_s": rate,
-            "arrivals": len(arrivals),
+            "arrivals": args.requests,
             "max_batch": args.max_batch,
-            "results": [r.summary() for r in results],
+            "seeds": seeds,
+            "results": [r.summary() for r in per_seed[0]],  # the first seed's, as before
+            "per_seed": [[r.summary() for r in results] for results in per_seed],
+            "over_seeds": [
+                {
+                    "mode": s.mode,
+                    "latency_speedups": s.latency_speedups,
+                    "throughput_ratios": s.throughput_ratios,
+                    "median_latency_speedup": s.median_latency_speedup,
+                    "median_throughput_ratio": s.median_throughput_ratio,
+                }
+                for s in summaries
+            ],
         }
         args.json.write_text(json.dumps(report, indent=2))
 

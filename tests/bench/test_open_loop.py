@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.open_loop import Arrival, make_arrivals, run_open_loop
+from bench.open_loop import Arrival, make_arrivals, run_open_loop, summarize_seeds
 from bench.spec_engine import RunSpec, SpecBench
 from specctl.demo_pair import require_demo_pair
 from tests.bench.bench_module import run_bench_module
@@ -71,6 +71,26 @@ def test_an_engine_waits_idle_for_the_next_arrival(bench: SpecBench) -> None:
         assert r.latency_ms["p99"] < 2500.0
 
 
+def test_ratios_over_seeds(bench: SpecBench) -> None:
+    """Each seed's arrivals through every configuration; per configuration, its ratios to
+    target-only in that seed's run, and their medians."""
+    prompts = [bench.tokenizer.encode(t) for t in ("def main():", "The sea")]
+    per_seed = [
+        run_open_loop(bench, SPECS, make_arrivals(prompts, 4, 200.0, 2, 6, seed=seed), max_batch=2)
+        for seed in (0, 1)
+    ]
+    summaries = summarize_seeds(per_seed)
+    assert [s.mode for s in summaries] == ["target-only", "spec k=2", "adaptive"]
+    assert summaries[0].latency_speedups == summaries[0].throughput_ratios == [1.0, 1.0]
+    for summary, index in zip(summaries[1:], (1, 2), strict=True):
+        expected = [
+            results[0].latency_ms["mean"] / results[index].latency_ms["mean"]
+            for results in per_seed
+        ]
+        assert summary.latency_speedups == expected
+        assert summary.median_latency_speedup == (expected[0] + expected[1]) / 2
+
+
 def test_the_module_runs_and_writes_its_report(tmp_path: Path) -> None:
     out = tmp_path / "open_loop.json"
     args = ["--requests", "4", "--max-batch", "2", "--min-tokens", "2", "--max-tokens", "6"]
@@ -86,6 +106,22 @@ def test_the_module_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert all(r["num_requests"] == 4 for r in report["results"])
     assert report["rate_per_s"] > 0.0
     assert report["machine"]["torch_threads"] == 1
+    assert report["seeds"] == [0] and len(report["per_seed"]) == 1
+
+
+def test_the_module_reports_medians_over_seeds(tmp_path: Path) -> None:
+    out = tmp_path / "open_loop.json"
+    args = ["--requests", "3", "--max-batch", "2", "--min-tokens", "2", "--max-tokens", "4"]
+    proc = run_bench_module("open_loop", *args, "--ks", "2", "--seeds", "2", "--seed", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "arrival seed 5" in proc.stdout and "arrival seed 6" in proc.stdout
+    assert "over arrival seeds 5, 6" in proc.stdout
+    proc = run_bench_module("open_loop", *args, "--seeds", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["seeds"] == [0, 1] and len(report["per_seed"]) == 2
+    (base, *_) = report["over_seeds"]
+    assert base["mode"] == "target-only" and base["median_latency_speedup"] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -97,6 +133,7 @@ def test_the_module_runs_and_writes_its_report(tmp_path: Path) -> None:
         (["--ks", "2,0"], "every k must be >= 1"),
         (["--load", "0.5", "--rate", "2"], "not allowed with argument"),
         (["--prompts", "/nonexistent.jsonl"], "no such file"),
+        (["--seeds", "0"], "--seeds"),
     ],
 )
 def test_bad_arguments_are_named(args: list[str], message: str) -> None:
