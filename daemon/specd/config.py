@@ -16,6 +16,7 @@ DEFAULT_STATE_DIR = "/var/lib/specd"
 # the ports Ray hands its worker processes (`ray start`'s --min/--max-worker-port defaults): a
 # server of the node's own on one of them fails as soon as a worker takes it first
 RAY_WORKER_PORTS = range(10002, 20000)
+RAY_PORT_FIELDS = ("port", "client_server_port", "dashboard_agent_listen_port")  # a node's own
 
 
 class ConfigError(Exception):
@@ -49,14 +50,14 @@ class RayConfig(BaseModel):
     probe_timeout_s: float = Field(60.0, gt=0, le=600)
     head_connect_timeout_s: float = Field(3.0, gt=0, le=60)
 
-    _outside_worker_ports = field_validator(
-        "port", "client_server_port", "dashboard_agent_listen_port"
-    )(classmethod(lambda cls, v: _outside_worker_ports(v)))
+    _outside_worker_ports = field_validator(*RAY_PORT_FIELDS)(
+        classmethod(lambda cls, v: _outside_worker_ports(v))
+    )
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> "RayConfig":
         seen: dict[int, str] = {}
-        for name in ("port", "client_server_port", "dashboard_agent_listen_port"):
+        for name in RAY_PORT_FIELDS:
             value = getattr(self, name)
             if value in seen:
                 raise ValueError(f"{name} and {seen[value]} are both {value}: each needs its own")
@@ -87,7 +88,7 @@ class SpecdConfig(BaseModel):
     @model_validator(mode="after")
     def _api_port_apart(self) -> "SpecdConfig":
         ray = self.ray
-        for name in ("port", "client_server_port", "dashboard_agent_listen_port"):
+        for name in RAY_PORT_FIELDS:
             if getattr(ray, name) == self.port:
                 raise ValueError(f"port and ray.{name} are both {self.port}: each needs its own")
         return self
