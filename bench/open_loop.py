@@ -2,7 +2,8 @@
 
     python -m bench.open_loop [--shape demo|narrow|wide | --target DIR --draft DIR]
                               [--load 0.7 | --rate R] [--requests N] [--max-batch B]
-                              [--seed S] [--seeds N]
+                              [--seed S] [--seeds N] [--prefill-chunks none,64]
+                              [--prompt-repeat R]
 
 Requests arrive at random (a Poisson process), each with its own prompt (code and prose mixed)
 and its own length, and leave when done: the batch grows and shrinks the way a server's does,
@@ -16,11 +17,17 @@ together and a slow spell of a shared machine falls on all of them alike.
 (measured here first, on the same engine, with a closed batch of `--max-batch` requests of the
 mean length); `--rate` sets it in requests per second instead. Reported per configuration:
 latency from arrival to the last token (mean, p50, p90, p99), time to the first token (which the
-engine hands out when the prefill is done, before the step's round), tokens per second of busy
-time, the share of the time busy, the mean batch size and, for speculation, the mean tokens
-drafted per round. Greedy outputs are checked identical across configurations. With `--seeds N`
-the whole comparison runs on the arrivals of N seeds in turn, and a last table gives each
-configuration's ratios to target-only per seed and their median.
+engine hands out when the prefill is done, before the step's round), the gaps between a
+request's successive deliveries of tokens (p50, p99, max: what a prefill, or anything else
+holding a step up, makes a stream stall for), tokens per second of busy time, the share of the
+time busy, the mean batch size and, for speculation, the mean tokens drafted per round. Greedy
+outputs are checked identical across configurations. With `--seeds N` the whole comparison
+runs on the arrivals of N seeds in turn, and a last table gives each configuration's ratios to
+target-only per seed and their median.
+
+`--prefill-chunks none,64` runs every configuration once per setting of the engine's
+prefill_chunk_tokens (none: whole prompts at admission), side by side; `--prompt-repeat R` makes
+each prompt R copies of itself, for prompts long enough that their prefill holds streams up.
 """
 
 import argparse
@@ -90,6 +97,7 @@ class LoadResult:
     tokens_per_busy_s: float
     latency_ms: dict[str, float]  # arrival to last token: mean, p50, p90, p99
     ttft_ms: dict[str, float]  # arrival to first token: mean, p50, p90
+    gap_ms: dict[str, float]  # between a request's successive deliveries: mean, p50, p99, max
     mean_batch: float  # sequences per round, over rounds that ran any
     mean_k: float  # tokens drafted per sequence per round (0: target-only)
     acceptance_rate: float | None
@@ -117,6 +125,8 @@ class _Lane:
     next_arrival: int = 0
     arrived: dict[str, float] = field(default_factory=dict)  # request id -> arrival time
     first_token: dict[str, float] = field(default_factory=dict)  # request id -> its time
+    last_delivery: dict[str, float] = field(default_factory=dict)  # request id -> its time
+    gaps: list[float] = field(default_factory=list)  # between a request's deliveries
     finished: dict[str, float] = field(default_factory=dict)
     outputs: dict[str, list[int]] = field(default_factory=dict)
     rounds: int = 0
@@ -126,13 +136,29 @@ class _Lane:
     def pending(self, arrivals: list[Arrival]) -> bool:
         return self.engine.has_unfinished() or self.next_arrival < len(arrivals)
 
+    def deliver(self, delta: RequestDelta, at_s: float) -> None:
+        """A delta handed out at `at_s` on the lane's clock (only those carrying tokens count)."""
+        if not delta.new_token_ids:
+            return
+        rid = delta.request_id
+        last = self.last_delivery.get(rid)
+        if last is None:
+            self.first_token[rid] = at_s
+        else:
+            self.gaps.append(at_s - last)
+        self.last_delivery[rid] = at_s
 
-def _percentiles(values: list[float], qs: tuple[float, ...]) -> dict[str, float]:
+
+def _percentiles(
+    values: list[float], qs: tuple[float, ...], with_max: bool = False
+) -> dict[str, float]:
     ordered = sorted(values)
     out = {"mean": 1000.0 * statistics.fmean(ordered)}
     for q in qs:
         index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
         out[f"p{round(100 * q)}"] = 1000.0 * ordered[index]
+    if with_max:
+        out["max"] = 1000.0 * ordered[-1]
     return out
 
 
@@ -146,7 +172,10 @@ def run_open_loop(
     """Every configuration through the same arrivals, each on its own engine (warmed first
     with a closed batch), stepped in turn by earliest clock (the module doc says why)."""
     lanes = [
-        _Lane(spec.mode, bench.engine(max_batch, spec.k, spec.adaptive, i * max_batch))
+        _Lane(
+            spec.mode,
+            bench.engine(max_batch, spec.k, spec.adaptive, i * max_batch, spec.prefill_chunk),
+        )
         for i, spec in enumerate(specs)
     ]
     warm = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
@@ -182,8 +211,7 @@ def run_open_loop(
         def prefilled(firsts: list[RequestDelta], lane: _Lane = lane, start: float = start) -> None:
             at = lane.clock_s + (time.perf_counter() - start)  # streamed before the round
             for delta in firsts:
-                if delta.new_token_ids:
-                    lane.first_token.setdefault(delta.request_id, at)
+                lane.deliver(delta, at)
 
         step = lane.engine.step(prefilled)
         spent = time.perf_counter() - start
@@ -195,8 +223,7 @@ def run_open_loop(
             lane.batch_sum += stats.batch_size
             lane.drafted_sum += stats.speculation_len * stats.batch_size
         for delta in step.deltas:
-            if delta.new_token_ids:
-                lane.first_token.setdefault(delta.request_id, lane.clock_s)
+            lane.deliver(delta, lane.clock_s)
         for out in step.finished:
             lane.finished[out.request_id] = lane.clock_s
             lane.outputs[out.request_id] = list(out.token_ids)
@@ -218,6 +245,7 @@ def _result(lane: _Lane) -> LoadResult:
         tokens_per_busy_s=tokens / lane.busy_s if lane.busy_s > 0.0 else 0.0,
         latency_ms=_percentiles(latency, (0.5, 0.9, 0.99)) if latency else {},
         ttft_ms=_percentiles(ttft, (0.5, 0.9)) if ttft else {},
+        gap_ms=_percentiles(lane.gaps, (0.5, 0.99), with_max=True) if lane.gaps else {},
         mean_batch=lane.batch_sum / lane.rounds if lane.rounds else 0.0,
         mean_k=lane.drafted_sum / lane.batch_sum if lane.batch_sum else 0.0,
         acceptance_rate=stats.acceptance_rate if stats.num_draft_tokens else None,
@@ -255,6 +283,8 @@ def results_table(results: list[LoadResult], title: str) -> Table:
         "p90",
         "p99",
         "TTFT p50 ms",
+        "gap p99 ms",
+        "gap max",
         "latency speedup",
         "tokens/busy s",
         "busy",
@@ -264,7 +294,8 @@ def results_table(results: list[LoadResult], title: str) -> Table:
     )
     for col in columns:
         table.add_column(col, justify="right")
-    base = next((r for r in results if r.mode == "target-only"), None)
+    # target-only (with the first prefill chunk setting, where several run): the first result
+    base = results[0] if results and results[0].mode.startswith("target-only") else None
     for r in results:
         lat = r.latency_ms
         speedup = (
@@ -277,6 +308,8 @@ def results_table(results: list[LoadResult], title: str) -> Table:
             f"{lat.get('p90', 0.0):.1f}",
             f"{lat.get('p99', 0.0):.1f}",
             f"{r.ttft_ms.get('p50', 0.0):.1f}",
+            f"{r.gap_ms.get('p99', 0.0):.1f}",
+            f"{r.gap_ms.get('max', 0.0):.1f}",
             speedup,
             f"{r.tokens_per_busy_s:.1f}",
             f"{r.busy_share:.0%}",
@@ -359,6 +392,28 @@ def _k_list(text: str) -> list[int]:
     return values
 
 
+def _chunk_list(text: str) -> list[int | None]:
+    """'none,64' -> [None, 64]: prefill chunk settings, each none or a positive integer."""
+    chunks: list[int | None] = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if part == "none":
+            chunks.append(None)
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not a prefill chunk: give 'none' or a positive integer"
+            )
+        chunks.append(value)
+    if len(set(chunks)) != len(chunks):
+        raise argparse.ArgumentTypeError(f"{text!r} names a setting twice")
+    return chunks
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.open_loop",
@@ -406,6 +461,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Run the arrivals of this many seeds (--seed on) and report each configuration's "
         "median ratios to target-only over them (one run's ratios move by ~5%% near saturation).",
     )
+    parser.add_argument(
+        "--prefill-chunks",
+        type=_chunk_list,
+        default=[None],
+        help="Comma-separated prefill_chunk_tokens settings (none: whole prompts); every "
+        "configuration runs once per setting, side by side (default: none).",
+    )
+    parser.add_argument(
+        "--prompt-repeat",
+        type=positive_int,
+        default=1,
+        help="Each prompt made this many copies of itself (longer prefills; default 1).",
+    )
     parser.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads.")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
@@ -436,10 +504,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     target_dir, draft_dir = _pair(args)
-    specs = [
+    base_specs = [
         RunSpec("target-only"),
         *(RunSpec(f"spec k={k}", k) for k in args.ks),
         RunSpec(f"spec adaptive<={args.adaptive_max_k}", args.adaptive_max_k, adaptive=True),
+    ]
+    named = args.prefill_chunks != [None]
+    specs = [
+        RunSpec(
+            f"{s.mode} chunk={'none' if chunk is None else chunk}" if named else s.mode,
+            s.k,
+            s.adaptive,
+            chunk,
+        )
+        for chunk in args.prefill_chunks
+        for s in base_specs
     ]
     try:
         bench = SpecBench(target_dir, draft_dir, args.dtype, args.max_batch, num_engines=len(specs))
@@ -447,6 +526,7 @@ def main(argv: list[str] | None = None) -> None:
         args.parser.error(str(exc))
     files = args.prompts or [DEMO_PROMPTS_CODE, DEMO_PROMPTS_PROSE]
     prompts = tokenize(bench.tokenizer, [t for f in files for t in load_prompt_texts(f)])
+    prompts = [p * args.prompt_repeat for p in prompts]
     mean_tokens = (args.min_tokens + args.max_tokens) / 2.0
     console = make_console()
     if args.rate is not None:

@@ -75,6 +75,7 @@ class RunSpec:
     mode: str  # the report's name for it
     k: int = 0
     adaptive: bool = False
+    prefill_chunk: int | None = None  # EngineConfig.prefill_chunk_tokens
 
 
 class SpecBench:
@@ -115,10 +116,20 @@ class SpecBench:
             device=device,
         )
 
-    def engine(self, concurrency: int, k: int, adaptive: bool, first_slot: int = 0) -> SpecEngine:
+    def engine(
+        self,
+        concurrency: int,
+        k: int,
+        adaptive: bool,
+        first_slot: int = 0,
+        prefill_chunk_tokens: int | None = None,
+    ) -> SpecEngine:
         proposer = DraftModelProposer(self.draft) if k > 0 else None
         config = EngineConfig(
-            max_batch_size=concurrency, num_speculative_tokens=k, adaptive=adaptive
+            max_batch_size=concurrency,
+            num_speculative_tokens=k,
+            adaptive=adaptive,
+            prefill_chunk_tokens=prefill_chunk_tokens,
         )
         return SpecEngine(
             self.target, proposer, config, eos_token_ids=self.eos, first_slot=first_slot

@@ -161,6 +161,11 @@ def serve_command(
         None, "--served-model-name", help="The name clients use (default: --target as given)."
     ),
     max_batch_size: int = typer.Option(16, "--max-batch-size", help="Running requests at most."),
+    prefill_chunk_tokens: int | None = typer.Option(
+        None,
+        "--prefill-chunk-tokens",
+        help="Prompt tokens prefilled per step while others decode (default: whole prompts).",
+    ),
     max_waiting: int = typer.Option(
         256, "--max-waiting", help="Queued requests beyond the batch before 429s."
     ),
@@ -198,6 +203,7 @@ def serve_command(
                 api_key_file=api_key_file,
                 served_model_name=served_model_name,
                 max_batch_size=max_batch_size,
+                prefill_chunk_tokens=prefill_chunk_tokens,
                 max_waiting=max_waiting,
                 max_model_len=max_model_len,
                 dtype=dtype,

@@ -17,6 +17,8 @@ class VerifierSpec:
     max_batch_size: int = 16
     max_model_len: int | None = None
     max_waiting: int = 256
+    # prompt tokens a step prefills while others decode (None: whole prompts at admission)
+    prefill_chunk_tokens: int | None = None
     num_speculative_tokens: int = 4  # fixed k, or the ceiling when adaptive
     adaptive: bool = False
     # "none": target only; "draft_model"/"ngram": a proposer in this process (colocated);

@@ -118,6 +118,7 @@ class VerifierShard:
             draft_sparse_mass=spec.sparse_mass,
             draft_sparse_max_listed=spec.sparse_max_listed,
             choose_proposal=spec.choose_proposal,
+            prefill_chunk_tokens=spec.prefill_chunk_tokens,
         )
         tp = self._join_group()
         with left_on_failure(tp):

@@ -155,6 +155,7 @@ def _verifier(
         dtype=verifier.dtype,
         max_batch_size=verifier.max_batch_size,
         max_model_len=verifier.max_model_len,
+        prefill_chunk_tokens=config.server.prefill_chunk_tokens,
         num_speculative_tokens=plan.speculation.max_k if proposer != "none" else 0,
         adaptive=speculation.adaptive,
         proposer=proposer,

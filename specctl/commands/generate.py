@@ -106,6 +106,7 @@ def speculation_config(
     num_speculative_tokens: int | None,
     adaptive: bool,
     max_batch_size: int,
+    prefill_chunk_tokens: int | None = None,
 ) -> EngineConfig:
     """The engine settings of the CLI's speculation options (shared by generate and serve)."""
     speculating = draft is not None or ngram
@@ -119,6 +120,7 @@ def speculation_config(
         max_batch_size=max_batch_size,
         num_speculative_tokens=k if speculating else 0,
         adaptive=adaptive,
+        prefill_chunk_tokens=prefill_chunk_tokens,
     )
 
 

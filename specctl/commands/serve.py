@@ -64,6 +64,7 @@ class ServeOptions:
     api_key_file: Path | None = None
     served_model_name: str | None = None
     max_batch_size: int = 16
+    prefill_chunk_tokens: int | None = None  # None: whole prompts at admission
     max_waiting: int = DEFAULT_MAX_WAITING
     max_model_len: int | None = None
     dtype: str = "auto"
@@ -79,12 +80,15 @@ class ServeOptions:
 
 
 def engine_spec(opts: ServeOptions) -> EngineSpec:
+    if opts.prefill_chunk_tokens is not None and opts.prefill_chunk_tokens < 1:
+        raise ServeError(f"--prefill-chunk-tokens must be >= 1, got {opts.prefill_chunk_tokens}")
     config = speculation_config(
         draft=opts.draft,
         ngram=opts.ngram,
         num_speculative_tokens=opts.num_speculative_tokens,
         adaptive=opts.adaptive,
         max_batch_size=opts.max_batch_size,
+        prefill_chunk_tokens=opts.prefill_chunk_tokens,
     )
     assert opts.target is not None
     for flag, path in (("--target", opts.target), ("--draft", opts.draft)):

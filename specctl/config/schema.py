@@ -248,6 +248,14 @@ class ServerSpec(_Section):
         None, min_length=1, description="a file (mode 0600) holding the API key"
     )
     max_batch_size: int = Field(16, ge=1, le=4096, description="sequences decoded together")
+    prefill_chunk_tokens: int | None = Field(
+        None, ge=1, le=1_048_576,
+        description=(
+            "prompt tokens prefilled per step while other requests decode, the rest of a "
+            "prompt in the steps after (a long prompt then holds streams up by a chunk's time, "
+            "not its whole prefill's); default: whole prompts at once"
+        ),
+    )  # fmt: skip
 
     @field_validator("host")
     @classmethod

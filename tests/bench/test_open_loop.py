@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.open_loop import Arrival, make_arrivals, run_open_loop, summarize_seeds
+from bench.open_loop import (
+    Arrival,
+    LoadResult,
+    make_arrivals,
+    results_table,
+    run_open_loop,
+    summarize_seeds,
+)
 from bench.spec_engine import RunSpec, SpecBench
 from specctl.demo_pair import require_demo_pair
 from tests.bench.bench_module import run_bench_module
@@ -55,9 +62,36 @@ def test_every_configuration_serves_the_same_arrivals(bench: SpecBench) -> None:
         assert 0.0 < r.ttft_ms["p50"] <= r.latency_ms["p50"] <= r.latency_ms["p99"]
         assert r.busy_s <= r.span_s + 1e-9
         assert 1.0 <= r.mean_batch <= 2.0
+        gap = r.gap_ms  # every request delivered more than once: 3+ tokens, 1 a plain round
+        assert 0.0 < gap["p50"] <= gap["p99"] <= gap["max"] <= r.latency_ms["p99"]
     assert results[0].outputs == results[1].outputs == results[2].outputs  # lossless
     assert results[0].mean_k == 0.0 and results[0].acceptance_rate is None
     assert 0.0 < results[1].mean_k <= 2.0 and results[1].acceptance_rate is not None
+
+
+def test_chunked_prefill_lanes_serve_the_same_tokens(bench: SpecBench) -> None:
+    """A lane whose engine prefills 4 prompt tokens a step while others decode gives every
+    request the tokens the whole-prompt lane gives it."""
+    prompt = bench.tokenizer.encode("def main():\n    import os\n    return os.getcwd()\n")
+    assert len(prompt) > 8
+    arrivals = [Arrival(0.0, prompt, 12), Arrival(0.001, prompt, 12), Arrival(0.002, prompt, 6)]
+    specs = [RunSpec("whole", 2), RunSpec("chunked", 2, prefill_chunk=4)]
+    whole, chunked = run_open_loop(bench, specs, arrivals, max_batch=2)
+    assert whole.outputs == chunked.outputs and len(whole.outputs) == 3
+    assert chunked.num_tokens == 30
+
+
+def _result(mode: str, mean_ms: float) -> LoadResult:
+    return LoadResult(
+        mode, 1, 1, 1.0, 1.0, 1.0, {"mean": mean_ms}, {}, {}, 1.0, 0.0, None, outputs={}
+    )
+
+
+def test_the_table_compares_every_chunk_setting_with_the_first_target_only() -> None:
+    results = [_result("target-only chunk=none", 100.0), _result("spec k=2 chunk=64", 80.0)]
+    table = results_table(results, "t")
+    column = next(c for c in table.columns if c.header == "latency speedup")
+    assert list(column.cells) == ["1.000", "1.250"]
 
 
 def test_an_engine_waits_idle_for_the_next_arrival(bench: SpecBench) -> None:
@@ -109,6 +143,23 @@ def test_the_module_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert report["seeds"] == [0] and len(report["per_seed"]) == 1
 
 
+def test_the_module_runs_each_prefill_chunk_setting(tmp_path: Path) -> None:
+    out = tmp_path / "open_loop.json"
+    args = ["--requests", "3", "--max-batch", "2", "--min-tokens", "2", "--max-tokens", "4"]
+    proc = run_bench_module(
+        "open_loop", *args, "--ks", "2", "--prefill-chunks", "none,16", "--prompt-repeat", "2",
+        "--json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "greedy outputs identical across modes: True" in proc.stdout
+    modes = [r["mode"] for r in json.loads(out.read_text())["results"]]
+    assert modes == [
+        f"{mode} chunk={chunk}"
+        for chunk in ("none", "16")
+        for mode in ("target-only", "spec k=2", "spec adaptive<=6")
+    ]
+
+
 def test_the_module_reports_medians_over_seeds(tmp_path: Path) -> None:
     out = tmp_path / "open_loop.json"
     args = ["--requests", "3", "--max-batch", "2", "--min-tokens", "2", "--max-tokens", "4"]
@@ -134,6 +185,9 @@ def test_the_module_reports_medians_over_seeds(tmp_path: Path) -> None:
         (["--load", "0.5", "--rate", "2"], "not allowed with argument"),
         (["--prompts", "/nonexistent.jsonl"], "no such file"),
         (["--seeds", "0"], "--seeds"),
+        (["--prefill-chunks", "none,0"], "'0' is not a prefill chunk"),
+        (["--prefill-chunks", "8,8"], "names a setting twice"),
+        (["--prompt-repeat", "0"], "--prompt-repeat"),
     ],
 )
 def test_bad_arguments_are_named(args: list[str], message: str) -> None:

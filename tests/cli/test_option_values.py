@@ -23,6 +23,10 @@ TARGET = REPO_ROOT / "packaging" / "demo-models" / "target"
         (["serve", "--target", str(TARGET), "--max-model-len", "0"], "--max-model-len must be"),
         (["serve", "--target", str(TARGET), "--served-model-name", " "], "--served-model-name is"),
         (
+            ["serve", "--target", str(TARGET), "--prefill-chunk-tokens", "0"],
+            "--prefill-chunk-tokens must be >= 1, got 0",
+        ),
+        (
             ["serve", "--target", str(TARGET), "--graceful-timeout-s", "nan"],
             "--graceful-timeout-s must be a finite number >= 0, got nan",
         ),

@@ -26,6 +26,7 @@ def make_engine(
     max_model_len: int | None = 256,
     dtype: str = "auto",
     device: str = "cpu",
+    prefill_chunk_tokens: int | None = None,
 ) -> SpecEngine:
     spec = EngineSpec(
         target=target,
@@ -39,6 +40,7 @@ def make_engine(
             max_batch_size=batch,
             num_speculative_tokens=k if (draft is not None or ngram) else 0,
             adaptive=adaptive,
+            prefill_chunk_tokens=prefill_chunk_tokens,
         ),
     )
     return build_engine(spec).engine

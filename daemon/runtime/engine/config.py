@@ -26,6 +26,9 @@ class EngineConfig:
     # prompt tokens prefilled together in one padded pass; None: the device's default
     # (model.batch.prefill_budget: 512 on a CPU, 8192 on a GPU)
     max_prefill_tokens: int | None = None
+    # prompt tokens a step prefills, at most, while other sequences decode (the rest of a
+    # prompt goes in over the next steps); None: every admitted prompt whole, at once
+    prefill_chunk_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -48,3 +51,7 @@ class EngineConfig:
             )
         if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
             raise RequestError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
+        if self.prefill_chunk_tokens is not None and self.prefill_chunk_tokens < 1:
+            raise RequestError(
+                f"prefill_chunk_tokens must be >= 1, got {self.prefill_chunk_tokens}"
+            )

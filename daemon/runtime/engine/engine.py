@@ -13,7 +13,7 @@ from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.controller import ControllerConfig, SpeculationController
 from daemon.runtime.engine.cost_model import CostModel
 from daemon.runtime.engine.graphs_ahead import capture_graphs_ahead
-from daemon.runtime.engine.prefill import prefill
+from daemon.runtime.engine.prefill import plan_chunks, prefill
 from daemon.runtime.engine.proposal_chooser import ProposalChooser
 from daemon.runtime.engine.request import Request, RequestDelta, RequestOutput
 from daemon.runtime.engine.scheduler import Scheduler
@@ -56,8 +56,10 @@ def _freeze_startup_heap() -> None:
 class SpecEngine:
     """Owns the truth: the batch, the target's KV cache, the sampling.
 
-    Each `step()` admits waiting requests into free slots (prefilling them), then runs one
-    round over the running batch: choose k per sequence, propose, verify, commit, retire.
+    Each `step()` admits waiting requests into free slots and prefills them (their whole
+    prompts, or with `prefill_chunk_tokens` set and others decoding, that many prompt tokens a
+    step), then runs one round over the running batch: choose k per sequence, propose, verify,
+    commit, retire.
     """
 
     def __init__(
@@ -91,7 +93,9 @@ class SpecEngine:
         self.last_round = RoundStats()
         self._request_ids: set[str] = set()
         self._ended_waiting: list[RequestDelta] = []  # aborted before they started
-        self._admitting: list[Sequence] = []  # being prefilled (their slots are taken)
+        # admitted, their prompts not yet all in the target's cache (their slots are taken), in
+        # admission order: a step prefills them first come, first served (prefill.plan_chunks)
+        self._prefilling: list[Sequence] = []
         self._drafted = False  # a drafting round has run (its time: _learn_draft_cost)
         # listed proposals or coupled drafts for sampled rows, measured (None: as configured)
         self.chooser = (
@@ -121,10 +125,12 @@ class SpecEngine:
                 RequestDelta(request_id, [], FINISH_ABORT, len(request.prompt_token_ids), 0)
             )
             return True
-        seq = self.scheduler.find_running(request_id)
+        seq = self.scheduler.find_running(request_id) or next(
+            (s for s in self._prefilling if s.request.request_id == request_id), None
+        )
         if seq is None or seq.is_finished:
             return False
-        seq.finish(FINISH_ABORT)
+        seq.finish(FINISH_ABORT)  # one still prefilling is retired by the next step (_admit)
         return True
 
     def fail_all(self, message: str) -> list[RequestDelta]:
@@ -134,7 +140,7 @@ class SpecEngine:
             RequestDelta(r.request_id, [], FINISH_ERROR, len(r.prompt_token_ids), 0, error=message)
             for r in self.scheduler.waiting
         ]
-        for seq in [*self.scheduler.running, *self._admitting]:
+        for seq in [*self.scheduler.running, *self._prefilling]:
             seq.finish(FINISH_ERROR)
             # None: it ended on its first token and was reported so before the round
             if (delta := seq.take_delta()) is not None:
@@ -146,7 +152,7 @@ class SpecEngine:
                 logger.warning("freeing slot %d after a failed step: %s", seq.slot, exc)
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()
-        self._admitting.clear()
+        self._prefilling.clear()
         self.scheduler.free_all()
         self._request_ids.clear()
         deltas.extend(self._ended_waiting)
@@ -173,6 +179,7 @@ class SpecEngine:
             draft_sparse_max_listed=self.config.draft_sparse_max_listed,
             choose_proposal=self.config.choose_proposal,
             max_prefill_tokens=self.config.max_prefill_tokens,
+            prefill_chunk_tokens=self.config.prefill_chunk_tokens,
         )
         costs = CostModel() if forget_costs else self.controller.costs
         self.config = config
@@ -211,11 +218,12 @@ class SpecEngine:
         self.check_request(request)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work or bool(self._ended_waiting)
+        return self.scheduler.has_work or bool(self._ended_waiting) or bool(self._prefilling)
 
     @property
     def num_running(self) -> int:
-        return len(self.scheduler.running)
+        """Sequences holding a slot: decoding, or their prompt still being prefilled."""
+        return len(self.scheduler.running) + len(self._prefilling)
 
     @property
     def num_waiting(self) -> int:
@@ -283,28 +291,45 @@ class SpecEngine:
         return out
 
     def _admit(self, stats: RoundStats) -> list[Sequence]:
-        """Prefill the waiting requests that fit; returns their sequences (now running)."""
-        new: list[Sequence] = []
+        """Take the waiting requests that fit into free slots and prefill what this step may;
+        returns the sequences whose prompt is now all in (they run from this step's round on).
+
+        With `prefill_chunk_tokens` set, a step prefills at most that many prompt tokens while
+        other sequences decode: a long prompt (or a burst of them) then holds every stream's
+        next tokens back by a chunk's time a step, not by the whole prefill's. With none
+        decoding, nothing waits on the prefill, and the prompts go in whole."""
         while self.scheduler.can_admit():
             request, slot = self.scheduler.admit()
-            new.append(self._new_sequence(request, slot))
-        if not new:
-            return new
-        self._admitting = new  # neither waiting nor running: fail_all must still find them
+            self._prefilling.append(self._new_sequence(request, slot))
+        aborted = [s for s in self._prefilling if s.is_finished]
+        if aborted:  # into the batch, whose retirement reports them and frees their slots
+            self._prefilling = [s for s in self._prefilling if not s.is_finished]
+            for seq in aborted:
+                self.scheduler.start(seq)
+        if not self._prefilling:
+            return []
+        decoding = any(not s.is_finished for s in self.scheduler.running)
+        chunks = plan_chunks(
+            self._prefilling, self.config.prefill_chunk_tokens if decoding else None
+        )
         t0 = time.perf_counter()
-        prefill(self.target, new, self.config.max_prefill_tokens)
-        if self.proposer is not None:
+        prefill(self.target, chunks, self.config.max_prefill_tokens)
+        done = [c.seq for c in chunks if c.completes]
+        if self.proposer is not None and done:
             self.proposer.admit(
-                [s.slot for s in new], [list(s.request.prompt_token_ids) for s in new]
+                [s.slot for s in done], [list(s.request.prompt_token_ids) for s in done]
             )
         synchronize(self.target.device)  # the prefill is queued, not yet done
         stats.prefill_time_s = time.perf_counter() - t0
-        stats.num_prefill_seqs = len(new)
-        stats.num_prefill_tokens = sum(s.num_prompt_tokens for s in new)
-        for seq in new:
-            self.scheduler.start(seq)
-        self._admitting = []
-        return new
+        stats.num_prefill_seqs = len(chunks)
+        stats.num_prefill_tokens = sum(c.num_tokens for c in chunks)
+        if done:
+            self._prefilling = [
+                s for s in self._prefilling if s.num_prefilled < s.num_prompt_tokens
+            ]
+            for seq in done:
+                self.scheduler.start(seq)
+        return done
 
     def _new_sequence(self, request: Request, slot: int) -> Sequence:
         stop = StopChecker(

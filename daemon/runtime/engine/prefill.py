@@ -1,4 +1,6 @@
-"""Prefill: run new prompts through the target and sample each one's first token."""
+"""Prefill: run prompts through the target, a chunk at a time, and sample each one's first token."""
+
+from dataclasses import dataclass
 
 import torch
 
@@ -10,28 +12,68 @@ from daemon.runtime.sampling.gumbel_field import field_keys, gumbel_argmax
 from daemon.runtime.sampling.logits import process_logits
 
 
-def prefill(target: CausalLM, seqs: list[Sequence], max_tokens_per_pass: int | None) -> None:
-    """Fill the target's cache with each prompt and commit the first output token.
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """`num_tokens` of a sequence's prompt, from position `start`, to put in the target's cache."""
 
-    Prompts go in groups of similar length (sorted), so that padding wastes little compute;
+    seq: Sequence
+    start: int
+    num_tokens: int
+
+    @property
+    def completes(self) -> bool:
+        """Whether the prompt is all in once this chunk is."""
+        return self.start + self.num_tokens == self.seq.num_prompt_tokens
+
+
+def plan_chunks(seqs: list[Sequence], budget: int | None) -> list[Chunk]:
+    """The prompt tokens to prefill this step, in admission order (first come, first served):
+    every prompt's rest where `budget` is None, else `budget` tokens in all, the last
+    sequence taken getting what is left of it."""
+    chunks: list[Chunk] = []
+    left = budget
+    for seq in seqs:
+        rest = seq.num_prompt_tokens - seq.num_prefilled
+        if left is not None:
+            if left <= 0:
+                break
+            rest = min(rest, left)
+            left -= rest
+        chunks.append(Chunk(seq, seq.num_prefilled, rest))
+    return chunks
+
+
+def prefill(target: CausalLM, chunks: list[Chunk], max_tokens_per_pass: int | None) -> None:
+    """Put each chunk of prompt in the target's cache; a sequence whose prompt is then all in
+    commits its first output token (sampled from the last position's logits).
+
+    Chunks go in groups of similar length (sorted), so that padding wastes little compute;
     `max_tokens_per_pass` padded tokens at most (None: the device's default).
     """
-    lengths = [s.num_prompt_tokens for s in seqs]
     budget = prefill_budget(max_tokens_per_pass, target.device)
-    for group in group_by_length(lengths, budget):
-        _prefill_group(target, [seqs[i] for i in group])
+    for group in group_by_length([c.num_tokens for c in chunks], budget):
+        _prefill_group(target, [chunks[i] for i in group])
 
 
-def _prefill_group(target: CausalLM, seqs: list[Sequence]) -> None:
+def _prefill_group(target: CausalLM, chunks: list[Chunk]) -> None:
     batch = ForwardBatch(
-        slots=[s.slot for s in seqs],
-        token_ids=[list(s.request.prompt_token_ids) for s in seqs],
-        start_positions=[0] * len(seqs),
+        slots=[c.seq.slot for c in chunks],
+        token_ids=[
+            list(c.seq.request.prompt_token_ids[c.start : c.start + c.num_tokens]) for c in chunks
+        ],
+        start_positions=[c.start for c in chunks],
         logits_mode=LogitsMode.LAST,
     )
     logits = target.forward(batch)  # [B, V]
     assert logits is not None
-    for seq, token in zip(seqs, sample_tokens(seqs, logits), strict=True):
+    done = [b for b, c in enumerate(chunks) if c.completes]
+    for c in chunks:
+        c.seq.num_prefilled = c.start + c.num_tokens
+    if not done:
+        return
+    seqs = [chunks[b].seq for b in done]
+    rows = logits if len(done) == len(chunks) else logits[done]  # [D, V]
+    for seq, token in zip(seqs, sample_tokens(seqs, rows), strict=True):
         seq.append([token])
 
 

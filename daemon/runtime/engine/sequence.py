@@ -14,7 +14,8 @@ from daemon.runtime.sampling.keyed_random import draft_seed_for
 
 @dataclass(slots=True)
 class Sequence:
-    """Invariant between rounds: the target's KV cache holds token_ids[:-1] for this slot."""
+    """Invariant between rounds: the target's KV cache holds token_ids[:-1] for this slot
+    (while the prompt is still being prefilled, chunk by chunk: its first num_prefilled)."""
 
     request: Request
     slot: int
@@ -27,6 +28,7 @@ class Sequence:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_rounds: int = 0
+    num_prefilled: int = 0  # prompt tokens in the target's cache (all of them once it runs)
     # tokens the drafter first feeds when it next drafts for this sequence: its prompt until
     # it first drafts (a draft model prefills it then), and what rounds without drafts
     # committed since (0: it drafted in the last round and holds every token but the newest
