@@ -19,6 +19,7 @@ from specctl.deploy.remote_backend import RemoteBackend, served_model
 from tests.distributed.conftest import DRAFTER_NODE, VERIFIER_NODE
 from tests.distributed.ray_cluster import TestCluster
 from tests.distributed.workload import TEXTS
+from tests.distributed.workload import target_only as target_only_outputs
 from tests.engine.helpers import DeltaCollector, make_engine, run_greedy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 LOAD_TIMEOUT_S = 180.0
 FINISH_TIMEOUT_S = 120.0
 MAX_TOKENS = 24
+PREFILL_CHUNK = 4
 
 
 @dataclass(slots=True)
@@ -37,7 +39,7 @@ class Pair:
     sink: DeltaCollector
 
 
-def _start_pair(name: str, mode: str, draft: bool) -> Pair:
+def _start_pair(name: str, mode: str, draft: bool, prefill_chunk: int | None = None) -> Pair:
     target, draft_dir = demo_pair_dirs()
     drafter_name = f"{name}.drafter"
     drafter = create_drafter(
@@ -61,6 +63,7 @@ def _start_pair(name: str, mode: str, draft: bool) -> Pair:
             drafter_actor=drafter_name,
             mode=mode,  # type: ignore[arg-type]
             num_threads=1,
+            prefill_chunk_tokens=prefill_chunk,
         ),
         Placement(VERIFIER_NODE),
     )
@@ -81,8 +84,11 @@ def _stop_pair(pair: Pair) -> None:
 def pairs(cluster: TestCluster) -> Iterator[dict[str, Pair]]:
     started: dict[str, Pair] = {}
     try:
-        for mode in ("sync", "overlapped"):
-            started[mode] = _start_pair(f"split-{mode}", mode, draft=True)
+        started["sync"] = _start_pair("split-sync", "sync", draft=True)
+        # prompts joining a decoding batch go in PREFILL_CHUNK tokens a step
+        started["overlapped"] = _start_pair(
+            "split-overlapped", "overlapped", draft=True, prefill_chunk=PREFILL_CHUNK
+        )
         started["ngram"] = _start_pair("split-ngram", "overlapped", draft=False)
         yield started
     finally:
@@ -158,6 +164,36 @@ def test_adaptive_k_is_lossless(
         assert _run(pair, prompts, f"adaptive-{mode}") == reference
     finally:
         ray.get(pair.verifier.set_speculation.remote(4, False), timeout=120)
+
+
+def test_chunked_prefill_beside_a_decoding_request_is_lossless(
+    pairs: dict[str, Pair], prompts: list[list[int]], reference: list[list[int]]
+) -> None:
+    """The overlapped pair's verifier prefills PREFILL_CHUNK prompt tokens a step while others
+    decode: prompts that join a long request's decoding go in over several rounds, with
+    drafts from the drafter node between them, and every output is target-only's."""
+    pair = pairs["overlapped"]
+    seen = len(pair.sink.outputs)
+    long_ids = [f"chunk-long-{i}" for i in range(2)]
+    long_ref = target_only_outputs(prompts[:1], max_tokens=200)[0]
+    for rid in long_ids:
+        pair.backend.submit(Request(rid, prompts[0], _params(200)))
+    deadline = time.monotonic() + FINISH_TIMEOUT_S
+    while not pair.sink.tokens(long_ids[-1]):
+        assert time.monotonic() < deadline, "the long requests never started"
+        time.sleep(0.01)
+    ids = [f"chunk-{i}" for i in range(len(prompts))]
+    for rid, prompt in zip(ids, prompts, strict=True):
+        pair.backend.submit(Request(rid, prompt, _params()))
+    pair.sink.wait_finished(long_ids + ids, timeout_s=FINISH_TIMEOUT_S)
+    assert [pair.sink.tokens(rid) for rid in ids] == reference
+    assert all(pair.sink.tokens(rid) == long_ref for rid in long_ids)
+    rounds = [r for o in pair.sink.outputs[seen:] for r in o.rounds]
+    prefills = [r.num_prefill_tokens for r in rounds if r.num_prefill_tokens]
+    # each long request's prompt went in whole (nothing decoded yet), or beside the other's
+    assert max(prefills[2:]) <= PREFILL_CHUNK
+    assert sum(prefills) == 2 * len(prompts[0]) + sum(len(p) for p in prompts)
+    assert len(prefills) > 2 + len(prompts)  # some prompt took several steps
 
 
 def test_ngram_drafter_is_lossless(pairs: dict[str, Pair], prompts: list[list[int]]) -> None:
