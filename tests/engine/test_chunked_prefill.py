@@ -137,6 +137,24 @@ def test_fail_all_ends_a_request_still_prefilling(
     assert outputs[0].token_ids == reference[2]
 
 
+def test_a_new_speculation_length_reaches_a_request_still_prefilling(
+    target_dir: Path, draft_dir: Path, prompts, reference
+) -> None:
+    """Adaptive k up to 6, set while a prompt is part-prefilled: that sequence's acceptance
+    estimate is made for the new ceiling too (one sized for the old k failed the choice)."""
+    engine = _long_prompt_behind_a_decoding_one(target_dir, draft_dir, prompts)
+    engine.set_speculation(6, adaptive=True)
+    done: dict[str, list[int]] = {}
+    drafted = 0
+    while engine.has_unfinished():
+        step = engine.step()
+        drafted = max(drafted, step.stats.speculation_len)
+        done.update((o.request_id, o.token_ids) for o in step.finished)
+    long_index = next(i for i, p in enumerate(prompts) if len(p) == 40)
+    assert done == {"a": reference[0], "b": reference[long_index]}
+    assert 0 < drafted <= 6
+
+
 def test_a_chunk_budget_below_one_is_refused() -> None:
     with pytest.raises(RequestError, match="prefill_chunk_tokens must be >= 1, got 0"):
         EngineConfig(prefill_chunk_tokens=0)

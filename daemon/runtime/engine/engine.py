@@ -189,7 +189,7 @@ class SpecEngine:
             ),
             costs=costs,
         )
-        for seq in self.scheduler.running:
+        for seq in [*self.scheduler.running, *self._prefilling]:
             seq.acceptance = self.controller.new_estimate()
 
     def check_request(self, request: Request) -> None:
