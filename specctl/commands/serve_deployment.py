@@ -41,6 +41,23 @@ def run_serve_deployment(opts: ServeOptions) -> None:
     assert opts.deployment is not None
     if opts.target is not None:
         raise ServeError("--deployment serves the applied shards; drop --target")
+    given = [
+        flag
+        for flag, value in (
+            ("--draft", opts.draft),
+            ("--ngram", opts.ngram or None),
+            ("--num-speculative-tokens", opts.num_speculative_tokens),
+            ("--adaptive", opts.adaptive or None),
+            ("--max-model-len", opts.max_model_len),
+            ("--prefill-chunk-tokens", opts.prefill_chunk_tokens),
+        )
+        if value is not None
+    ]
+    if given:  # the shards run as applied: these would change nothing, silently
+        raise ServeError(
+            f"{', '.join(given)}: the deployment's shards run as its cluster file says; "
+            "set these there (under [deployment] or [server]) and apply it"
+        )
     try:
         state = read_deployment(opts.deployment)
     except DeploymentError as exc:

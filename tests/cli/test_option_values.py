@@ -27,6 +27,14 @@ TARGET = REPO_ROOT / "packaging" / "demo-models" / "target"
             "--prefill-chunk-tokens must be >= 1, got 0",
         ),
         (
+            ["serve", "--deployment", "/nonexistent/state.json", "--prefill-chunk-tokens", "64"],
+            "--prefill-chunk-tokens: the deployment's shards run as its cluster file says",
+        ),
+        (
+            ["serve", "--deployment", "/nonexistent/state.json", "-k", "3", "--adaptive"],
+            "--num-speculative-tokens, --adaptive: the deployment's shards run as",
+        ),
+        (
             ["serve", "--target", str(TARGET), "--graceful-timeout-s", "nan"],
             "--graceful-timeout-s must be a finite number >= 0, got nan",
         ),

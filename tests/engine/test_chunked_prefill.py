@@ -155,6 +155,50 @@ def test_a_new_speculation_length_reaches_a_request_still_prefilling(
     assert 0 < drafted <= 6
 
 
+def test_a_step_that_fails_after_the_prefill_leaves_the_engine_usable(
+    target_dir: Path, draft_dir: Path, prompts, reference, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The draft model refuses the admit of a prompt whose prefill is done: the step raises,
+    fail_all ends what was running or prefilling, and the engine serves the next request."""
+    engine = _long_prompt_behind_a_decoding_one(target_dir, draft_dir, prompts)
+    proposer = engine.proposer
+    assert proposer is not None
+
+    def refuse(slots: list[int], prompts: list[list[int]]) -> None:
+        raise RuntimeError("the drafter cannot take this prompt")
+
+    monkeypatch.setattr(proposer, "admit", refuse)
+    with pytest.raises(RuntimeError, match="cannot take"):
+        while engine._prefilling:
+            engine.step()
+    monkeypatch.undo()
+    assert not engine._prefilling  # the prompt that went in whole runs, not prefilled again
+    ended = engine.fail_all("drafter refused")
+    assert sorted(d.request_id for d in ended) == ["a", "b"]
+    assert not engine.has_unfinished()
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    outputs = engine.generate([Request("again", prompts[2], params)])
+    assert outputs[0].token_ids == reference[2]
+
+
+def test_a_step_carrying_a_chunk_still_teaches_the_round_overhead(
+    target_dir: Path, draft_dir: Path, prompts
+) -> None:
+    """Under load nearly every step carries a chunk: the round's time outside its passes is
+    learned from those steps too (the step less its prefill), or the line stops learning."""
+    engine = _long_prompt_behind_a_decoding_one(target_dir, draft_dir, prompts)
+    samples = engine.controller.costs.overhead_samples
+    before = sum(len(q) for q in samples.values())
+    step = engine.step()
+    assert step.stats.num_prefill_tokens == 4 and step.stats.batch_size == 1
+    assert sum(len(q) for q in samples.values()) == before + 1
+    stats = step.stats
+    assert stats.round_time_s == pytest.approx(
+        stats.step_time_s - stats.prefill_time_s - stats.hand_out_time_s
+    )
+    assert 0.0 < stats.overhead_time_s < stats.round_time_s
+
+
 def test_a_chunk_budget_below_one_is_refused() -> None:
     with pytest.raises(RequestError, match="prefill_chunk_tokens must be >= 1, got 0"):
         EngineConfig(prefill_chunk_tokens=0)

@@ -68,3 +68,26 @@ def test_sliding_window_changes_logits(tiny_checkpoint: TinyFactory) -> None:
     assert a is not None and b is not None
     torch.testing.assert_close(a[0, :5], b[0, :5], atol=1e-5, rtol=0)
     assert (a[0, 6:] - b[0, 6:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_prompt_in_chunks_after_its_prefix_matches_transformers(
+    tiny_checkpoint: TinyFactory, variant: str
+) -> None:
+    """A prompt prefilled in chunks of one row each, past the native kernel's 16 tokens (the
+    lower-right causal attention) and short ones, beside another slot: every chunk's logits
+    are transformers' for the whole sequence so far. The windowed variants (windows of 4-5
+    tokens, shorter than the context) take the explicit mask."""
+    arch, kwargs = VARIANTS[variant]
+    path = tiny_checkpoint(arch, **kwargs)
+    model = load_model(path)
+    generator = torch.Generator().manual_seed(5)
+    sequences: dict[int, list[int]] = {}
+    step(model, sequences, {2: random_tokens(generator, 9)}, {2: 0})  # another slot, held
+    start = 0
+    for size in (20, 33, 3, 24):
+        chunk = {1: random_tokens(generator, size)}
+        logits = step(model, sequences, chunk, {1: start})
+        assert logits is not None
+        assert_step_matches_hf(path, logits, sequences, chunk)
+        start += size

@@ -92,6 +92,8 @@ def test_only_short_chunks_that_want_logits_take_the_static_pass(llama_dir: Path
     assert static.accepts(batch([[1, 2], [3, 4]], logits_mode=LogitsMode.LAST))
     assert static.accepts(batch([[1, 2], [3]]))  # padded to 2 tokens a row
     assert not static.accepts(batch([[1, 2], [3, 4]], logits_mode=LogitsMode.NONE))
+    # a prompt's chunk comes in any shape: eager, never a graph captured mid-step
+    assert not static.accepts(batch([[1, 2], [3, 4]], logits_mode=LogitsMode.LAST, is_prefill=True))
     assert not static.accepts(batch([list(range(17))]))  # longer than DEFAULT_MAX_CHUNK
     near_end = ForwardBatch(slots=[0, 1], token_ids=[[1], [2, 3, 4]], start_positions=[510, 0])
     assert not static.accepts(near_end)  # row 0 padded to 3 tokens would pass max_model_len 512

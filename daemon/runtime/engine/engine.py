@@ -260,9 +260,11 @@ class SpecEngine:
         with torch.inference_mode():
             new = self._admit(stats)
             if on_prefilled is not None and new:
+                handed = time.perf_counter()
                 firsts = [d for d in (seq.take_delta() for seq in new) if d is not None]
                 if firsts:
                     on_prefilled(firsts)
+                stats.hand_out_time_s = time.perf_counter() - handed
             running = [s for s in self.scheduler.running if not s.is_finished]
             if running:
                 self._round(running, stats)
@@ -275,13 +277,17 @@ class SpecEngine:
         out.finished = self._retire()
         stats.step_time_s = time.perf_counter() - start
         measured, self._measured = self._measured, None
-        # a prefill's time says nothing of the form's
-        if measured is not None and self.chooser is not None and not stats.num_prefill_seqs:
+        # Neither learns from a round that sequences joined (its drafting feeds the drafter
+        # their prompts first). A step that only put chunks of prompts in the cache teaches
+        # both (the step less its prefill): with prompts going in a chunk a step under load
+        # (prefill_chunk_tokens), nearly every step carries one, and skipping them all left
+        # the overhead line unlearned and a block of the chooser's measuring rounds unended.
+        if measured is not None and self.chooser is not None and not new:
             self.chooser.observe(
-                stats.batch_size, measured[0], stats.num_emitted_tokens, stats.step_time_s
+                stats.batch_size, measured[0], stats.num_emitted_tokens, stats.round_time_s
             )
         exploring = measured is not None and measured[1]
-        if stats.batch_size and not stats.num_prefill_seqs and not exploring:
+        if stats.batch_size and not new and not exploring:
             self.controller.costs.record_overhead(
                 stats.batch_size, stats.speculation_len, stats.overhead_time_s
             )
@@ -313,8 +319,16 @@ class SpecEngine:
             self._prefilling, self.config.prefill_chunk_tokens if decoding else None
         )
         t0 = time.perf_counter()
-        prefill(self.target, chunks, self.config.max_prefill_tokens)
-        done = [c.seq for c in chunks if c.completes]
+        try:
+            prefill(self.target, chunks, self.config.max_prefill_tokens)
+        finally:  # what went in whole runs, even after a failed pass (fail_all finds it there)
+            done = [s for s in self._prefilling if s.num_prefilled == s.num_prompt_tokens]
+            if done:
+                self._prefilling = [
+                    s for s in self._prefilling if s.num_prefilled < s.num_prompt_tokens
+                ]
+                for seq in done:
+                    self.scheduler.start(seq)
         if self.proposer is not None and done:
             self.proposer.admit(
                 [s.slot for s in done], [list(s.request.prompt_token_ids) for s in done]
@@ -323,12 +337,6 @@ class SpecEngine:
         stats.prefill_time_s = time.perf_counter() - t0
         stats.num_prefill_seqs = len(chunks)
         stats.num_prefill_tokens = sum(c.num_tokens for c in chunks)
-        if done:
-            self._prefilling = [
-                s for s in self._prefilling if s.num_prefilled < s.num_prompt_tokens
-            ]
-            for seq in done:
-                self.scheduler.start(seq)
         return done
 
     def _new_sequence(self, request: Request, slot: int) -> Sequence:

@@ -29,11 +29,13 @@ class Chunk:
 def plan_chunks(seqs: list[Sequence], budget: int | None) -> list[Chunk]:
     """The prompt tokens to prefill this step, in admission order (first come, first served):
     every prompt's rest where `budget` is None, else `budget` tokens in all, the last
-    sequence taken getting what is left of it."""
+    sequence taken getting what is left of it. A sequence with nothing left gets no chunk."""
     chunks: list[Chunk] = []
     left = budget
     for seq in seqs:
         rest = seq.num_prompt_tokens - seq.num_prefilled
+        if rest <= 0:
+            continue
         if left is not None:
             if left <= 0:
                 break
@@ -47,12 +49,22 @@ def prefill(target: CausalLM, chunks: list[Chunk], max_tokens_per_pass: int | No
     """Put each chunk of prompt in the target's cache; a sequence whose prompt is then all in
     commits its first output token (sampled from the last position's logits).
 
-    Chunks go in groups of similar length (sorted), so that padding wastes little compute;
-    `max_tokens_per_pass` padded tokens at most (None: the device's default).
+    Chunks from position 0 go in groups of similar length (sorted), so that padding wastes
+    little compute, `max_tokens_per_pass` padded tokens at most (None: the device's default):
+    attention then runs in the kernel's own causal mode. A chunk that continues a prompt goes
+    alone, in pieces of at most that many tokens: a row of T tokens after a cached prefix
+    attends with the causal mask aligned to the lower right (attention.py), where rows of
+    several sequences at other starts take an explicit mask of G x T x L (a 28k-token rest
+    after 4k tokens: ~7 GB at 4 query heads per KV head, in bfloat16).
     """
     budget = prefill_budget(max_tokens_per_pass, target.device)
-    for group in group_by_length([c.num_tokens for c in chunks], budget):
-        _prefill_group(target, [chunks[i] for i in group])
+    fresh = [c for c in chunks if c.start == 0]
+    for group in group_by_length([c.num_tokens for c in fresh], budget):
+        _prefill_group(target, [fresh[i] for i in group])
+    for c in [c for c in chunks if c.start > 0]:
+        end = c.start + c.num_tokens
+        for start in range(c.start, end, budget):
+            _prefill_group(target, [Chunk(c.seq, start, min(budget, end - start))])
 
 
 def _prefill_group(target: CausalLM, chunks: list[Chunk]) -> None:
@@ -63,18 +75,18 @@ def _prefill_group(target: CausalLM, chunks: list[Chunk]) -> None:
         ],
         start_positions=[c.start for c in chunks],
         logits_mode=LogitsMode.LAST,
+        is_prefill=True,
     )
     logits = target.forward(batch)  # [B, V]
     assert logits is not None
     done = [b for b, c in enumerate(chunks) if c.completes]
-    for c in chunks:
+    if done:
+        seqs = [chunks[b].seq for b in done]
+        rows = logits if len(done) == len(chunks) else logits[done]  # [D, V]
+        for seq, token in zip(seqs, sample_tokens(seqs, rows), strict=True):
+            seq.append([token])
+    for c in chunks:  # last: a sequence whose prompt is all in has its first token
         c.seq.num_prefilled = c.start + c.num_tokens
-    if not done:
-        return
-    seqs = [chunks[b].seq for b in done]
-    rows = logits if len(done) == len(chunks) else logits[done]  # [D, V]
-    for seq, token in zip(seqs, sample_tokens(seqs, rows), strict=True):
-        seq.append([token])
 
 
 def sample_tokens(seqs: list[Sequence], logits: torch.Tensor) -> list[int]:

@@ -20,14 +20,19 @@ class RoundStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     choose_time_s: float = 0.0  # the controller choosing k (part of the overhead)
+    hand_out_time_s: float = 0.0  # handing the prefill's first tokens out (step's on_prefilled)
     step_time_s: float = 0.0  # the whole step
 
     @property
+    def round_time_s(self) -> float:
+        """The step less its prefill and the hand-out of first tokens: what the round cost."""
+        return max(0.0, self.step_time_s - self.prefill_time_s - self.hand_out_time_s)
+
+    @property
     def overhead_time_s(self) -> float:
-        """Time outside the model forward passes (scheduling, sampling, bookkeeping)."""
-        return max(
-            0.0, self.step_time_s - self.prefill_time_s - self.draft_time_s - self.verify_time_s
-        )
+        """The round's time outside the model forward passes (scheduling, sampling,
+        bookkeeping)."""
+        return max(0.0, self.round_time_s - self.draft_time_s - self.verify_time_s)
 
 
 @dataclass(slots=True)

@@ -38,6 +38,9 @@ class ForwardBatch:
     logits_mode: LogitsMode = LogitsMode.ALL
     fork_parents: list[int] | None = None  # [B] parent slot of a fork row, NO_FORK otherwise
     fork_positions: list[int] | None = None  # [B] fork rows: first position the branch owns
+    # chunks of prompts (engine/prefill.py): run eagerly, never at a static shape (a CUDA
+    # graph per shape is for decode and verify passes; a prompt's chunks come in any shape)
+    is_prefill: bool = False
 
     def __post_init__(self) -> None:
         num_seqs = len(self.slots)

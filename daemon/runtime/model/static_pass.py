@@ -114,9 +114,9 @@ class StaticPasses:
         self.pool = torch.cuda.graph_pool_handle() if capture else None
 
     def accepts(self, batch: ForwardBatch) -> bool:
-        """A batch of chunks up to `max_chunk` tokens, without fork rows, that wants logits
-        and whose chunks, padded to the longest, stay within the cache."""
-        if batch.has_forks or batch.logits_mode is LogitsMode.NONE:
+        """A batch of chunks up to `max_chunk` tokens, without fork rows and not a prefill's,
+        that wants logits and whose chunks, padded to the longest, stay within the cache."""
+        if batch.has_forks or batch.logits_mode is LogitsMode.NONE or batch.is_prefill:
             return False
         chunk = batch.max_chunk_len
         return chunk <= self.max_chunk and max(batch.start_positions) + chunk <= (
