@@ -103,3 +103,16 @@ def replace_line(text: str, old: str, new: str, occurrence: int = 0) -> str:
     assert len(found) > occurrence, f"{old!r} occurs {len(found)} times"
     lines[found[occurrence]] = new
     return "\n".join(lines) + "\n"
+
+
+def first_config_error(directory: Path, text: str) -> tuple[str, int]:
+    """Write `text` (write_cluster), load it, and return the first issue of the ConfigError it
+    must raise, with the number of the line marked `# <-- here`."""
+    from specctl.config import ConfigError, load_config
+
+    path, number = write_cluster(directory, text)
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        return str(exc.issues[0]), number
+    raise AssertionError(f"{path} loaded without an error")

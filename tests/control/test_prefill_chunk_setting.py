@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from specctl.apply.shards import desired_shards
-from specctl.config import ConfigError, load_config
+from specctl.config import load_config
 from specctl.planner import gather_node_facts, make_plan
 
-from .cluster_files import MARK, SPARK_5090, replace_line, write_cluster
+from .cluster_files import MARK, SPARK_5090, first_config_error, replace_line, write_cluster
 
 RUNNABLE = replace_line(SPARK_5090, 'dtype = "fp8"', 'dtype = "bfloat16"')
 
@@ -46,8 +46,5 @@ def test_a_bad_chunk_is_named_by_file_line_and_field(
         "max_batch_size = 8",
         f"max_batch_size = 8\nprefill_chunk_tokens = {value} {MARK}",
     )
-    path, number = write_cluster(tmp_path, text)
-    with pytest.raises(ConfigError) as caught:
-        load_config(path)
-    message = str(caught.value.issues[0])
+    message, number = first_config_error(tmp_path, text)
     assert f":{number}: server.prefill_chunk_tokens: Input should be {expected}" in message
