@@ -4,12 +4,15 @@ tokens while other sequences decode, and the outputs are those of whole-prompt p
 from pathlib import Path
 
 import pytest
+import torch
 
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.request import Request, RequestOutput
 from daemon.runtime.engine.stop import FINISH_ABORT, FINISH_ERROR
 from daemon.runtime.errors import RequestError
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode
+from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.conftest import MAX_TOKENS
 from tests.engine.helpers import make_engine
@@ -197,6 +200,46 @@ def test_a_step_carrying_a_chunk_still_teaches_the_round_overhead(
         stats.step_time_s - stats.prefill_time_s - stats.hand_out_time_s
     )
     assert 0.0 < stats.overhead_time_s < stats.round_time_s
+
+
+def test_the_drafter_takes_a_joining_prompt_in_chunks_beside_drafting_rows(
+    target_dir: Path, close_draft_dir: Path, prompts, reference
+) -> None:
+    """The draft model, like the target, feeds a new sequence's tokens 4 a round while another
+    row drafts: that row keeps its drafts every round, the new one drafts once all its tokens
+    are in, its cache then holds what a whole feed writes, and the outputs are the target's."""
+    engine = make_engine(target_dir, close_draft_dir, k=2, batch=3, prefill_chunk_tokens=4)
+    proposer = engine.proposer
+    assert isinstance(proposer, DraftModelProposer) and proposer.feed_chunk_tokens == 4
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    engine.add_request(Request("a", prompts[0], SamplingParams(max_tokens=200, ignore_eos=True)))
+    engine.step()
+    long_index = next(i for i, p in enumerate(prompts) if len(p) == 40)
+    engine.add_request(Request("b", prompts[long_index], params))
+    fed: list[int] = []  # b's tokens in the draft's cache after each round, while part-fed
+    for _ in range(100):
+        assert engine.step().stats.num_draft_tokens >= 2  # "a" drafted in every round
+        b = engine.scheduler.find_running("b")
+        if b is not None and b.slot in proposer._fed:
+            fed.append(proposer._fed[b.slot])
+            assert b.num_draft_tokens == 0  # no drafts until its tokens are all in
+        elif b is not None and b.slot in proposer._states:
+            break  # all in: it drafts from the next round on
+    assert b is not None and b.slot in proposer._states
+    # its 40 prompt tokens and what it decoded meanwhile (plain), 4 a round
+    assert fed == list(range(4, 4 * len(fed) + 1, 4)) and len(fed) >= 10
+    held = b.token_ids[: proposer._states[b.slot].num_committed]
+    # the same tokens fed whole into the free slot 2 of the draft model: the same K/V
+    proposer.model.forward(ForwardBatch([2], [held], [0], LogitsMode.NONE))
+    for layer in range(len(proposer.model.cache.keys)):
+        for cache in (proposer.model.cache.keys, proposer.model.cache.values):
+            torch.testing.assert_close(
+                cache[layer][b.slot, :, : len(held)], cache[layer][2, :, : len(held)]
+            )
+    done: dict[str, list[int]] = {}
+    while engine.has_unfinished():
+        done.update((o.request_id, o.token_ids) for o in engine.step().finished)
+    assert done["a"][:MAX_TOKENS] == reference[0] and done["b"] == reference[long_index]
 
 
 def test_a_chunk_budget_below_one_is_refused() -> None:

@@ -55,14 +55,20 @@ class DraftModelProposer:
         max_branch_k: int = DEFAULT_MAX_BRANCH_K,
         min_branch_prob: float = DEFAULT_MIN_BRANCH_PROB,
         is_branching: bool = False,
+        feed_chunk_tokens: int | None = None,
     ) -> None:
         """is_branching: record, from the first proposal on, what `prepare` plans with (the
         draft's alternatives and probabilities at every position); it also turns on by itself
         at the first `prepare`. Off, in-process drafting does no work it never uses.
         max_listed: the tokens a sampled draft's list may widen to while the verifier rejects
         the sequence's tail drafts (None: sparse_top_k, no widening); tail_prior: the acceptance of
-        tail drafts each sequence starts out believing (1: its lists start short)."""
+        tail drafts each sequence starts out believing (1: its lists start short).
+        feed_chunk_tokens: the most tokens of new sequences' prompts a round feeds while other
+        rows draft (the verifier's prefill_chunk_tokens; None: every new prompt whole)."""
+        if feed_chunk_tokens is not None and feed_chunk_tokens < 1:
+            raise RequestError(f"feed_chunk_tokens must be >= 1, got {feed_chunk_tokens}")
         self.model = model
+        self.feed_chunk_tokens = feed_chunk_tokens
         # padded tokens per prefill pass
         self.max_prefill_tokens = prefill_budget(max_prefill_tokens, model.device)
         # Runners without fork rows (the transformers fallback) prepare the main branch only.
@@ -90,6 +96,7 @@ class DraftModelProposer:
         self._plans: dict[int, SequencePlan] = {}  # the last prepare's, until adopted
         self._bases: dict[int, int] = {}  # committed tokens before the outstanding drafts
         self._unfed: set[int] = set()  # admitted, prefilled at their first drafts (admit)
+        self._fed: dict[int, int] = {}  # unfed slots part-prefilled: tokens in the cache
 
     # -- sequences ------------------------------------------------------------------------
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
@@ -111,26 +118,54 @@ class DraftModelProposer:
 
     def _feed_new(self, request: ProposeRequest) -> None:
         """Prefill the committed tokens of the admitted sequences this round first drafts for
-        (with room in the draft's context to draft)."""
+        (with room in the draft's context to draft). With `feed_chunk_tokens` set and other
+        rows drafting this round, at most that many tokens in all, first come, first served,
+        as the verifier's prefill goes: a long prompt goes in over several rounds, its row
+        drafting nothing until it is all in, and the other rows' drafts do not wait for it."""
         room = self.model.max_model_len
-        new = [
+        drafting = [
             b
-            for b, slot in enumerate(request.slots)
-            if slot in self._unfed
-            and min(request.num_to_draft[b], room - len(request.token_ids[b])) > 0
+            for b in range(len(request.slots))
+            if min(request.num_to_draft[b], room - len(request.token_ids[b])) > 0
         ]
-        tokens = [request.token_ids[b] for b in new]
-        for group in group_by_length([len(t) for t in tokens], self.max_prefill_tokens):
-            self._prefill([request.slots[new[i]] for i in group], [tokens[i] for i in group])
+        new = [b for b in drafting if request.slots[b] in self._unfed]
+        if not new:
+            return
+        left = self.feed_chunk_tokens if len(new) < len(drafting) else None
+        pieces: list[tuple[int, int, int]] = []  # (row, first position, tokens) to feed
+        for b in new:
+            start = self._fed.get(request.slots[b], 0)
+            size = len(request.token_ids[b]) - start
+            if left is not None:
+                if left <= 0:
+                    break
+                size = min(size, left)
+                left -= size
+            pieces.append((b, start, size))
+        fresh = [p for p in pieces if p[1] == 0]
+        for group in group_by_length([p[2] for p in fresh], self.max_prefill_tokens):
+            self._feed(request, [fresh[i] for i in group])
+        step = self.max_prefill_tokens
+        for b, start, size in [p for p in pieces if p[1] > 0]:  # alone (engine/prefill.py: why)
+            for first in range(start, start + size, step):
+                self._feed(request, [(b, first, min(step, start + size - first))])
 
-    def _prefill(self, slots: list[int], prompts: list[list[int]]) -> None:
-        batch = ForwardBatch(slots, prompts, [0] * len(slots), LogitsMode.NONE)
-        self.model.forward(batch)
-        for slot, prompt in zip(slots, prompts, strict=True):
+    def _feed(self, request: ProposeRequest, pieces: list[tuple[int, int, int]]) -> None:
+        """Put (row, first position, tokens) pieces of committed tokens in the draft's cache; a
+        sequence whose tokens are then all in starts drafting from them."""
+        slots = [request.slots[b] for b, _, _ in pieces]
+        chunks = [request.token_ids[b][start : start + size] for b, start, size in pieces]
+        starts = [start for _, start, _ in pieces]
+        self.model.forward(ForwardBatch(slots, chunks, starts, LogitsMode.NONE, is_prefill=True))
+        for slot, (b, start, size) in zip(slots, pieces, strict=True):
+            fed = start + size
+            if fed < len(request.token_ids[b]):
+                self._fed[slot] = fed
+                continue
             self._forget(slot)
-            self._states[slot] = SlotState(num_committed=len(prompt))
+            self._states[slot] = SlotState(num_committed=fed)
             self._outstanding[slot] = DraftRecord()  # no proposal yet: m = 0
-            self._bases[slot] = len(prompt)
+            self._bases[slot] = fed
             self._tails[slot] = TailVerdicts(self.tail_prior)
 
     def release(self, slot: int) -> None:
@@ -139,6 +174,7 @@ class DraftModelProposer:
 
     def _forget(self, slot: int) -> None:
         self._unfed.discard(slot)
+        self._fed.pop(slot, None)
         self._states.pop(slot, None)
         self._outstanding.pop(slot, None)
         self._plans.pop(slot, None)
@@ -160,7 +196,7 @@ class DraftModelProposer:
             self._bases[slot] = len(request.token_ids[b])
             tokens = request.token_ids[b]
             k = min(request.num_to_draft[b], self.model.max_model_len - len(tokens))
-            if k > 0:
+            if k > 0 and slot not in self._unfed:  # one part-fed drafts once it is all in
                 row = self._activate(request, b, [], k)
                 row.record = records[b]
                 rows.append(row)
