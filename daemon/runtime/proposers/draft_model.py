@@ -95,7 +95,9 @@ class DraftModelProposer:
         self._outstanding: dict[int, DraftRecord] = {}  # the proposal the verifier checks
         self._plans: dict[int, SequencePlan] = {}  # the last prepare's, until adopted
         self._bases: dict[int, int] = {}  # committed tokens before the outstanding drafts
-        self._unfed: set[int] = set()  # admitted, prefilled at their first drafts (admit)
+        # admitted, prefilled at their first drafts (admit): slot -> the tokens it was admitted
+        # with (its prompt, or what the verifier had committed when a remote admit travelled)
+        self._unfed: dict[int, int] = {}
         self._fed: dict[int, int] = {}  # unfed slots part-prefilled: tokens in the cache
 
     # -- sequences ------------------------------------------------------------------------
@@ -112,16 +114,22 @@ class DraftModelProposer:
             max_model_len=self.model.max_model_len,
             vocab_size=self.model.vocab_size,
         )
-        for slot in slots:
+        for slot, prompt in zip(slots, prompts, strict=True):
             self._forget(slot)
-            self._unfed.add(slot)
+            self._unfed[slot] = len(prompt)
 
     def _feed_new(self, request: ProposeRequest) -> None:
         """Prefill the committed tokens of the admitted sequences this round first drafts for
-        (with room in the draft's context to draft). With `feed_chunk_tokens` set and other
-        rows drafting this round, at most that many tokens in all, first come, first served,
+        (with room in the draft's context to draft).
+
+        With `feed_chunk_tokens` set, while other sequences draft (in this call, or any that
+        drafted before: in overlapped mode a call may carry the new rows alone, the others'
+        drafts prepared already), at most that many tokens a call, first come, first served,
         as the verifier's prefill goes: a long prompt goes in over several rounds, its row
-        drafting nothing until it is all in, and the other rows' drafts do not wait for it."""
+        drafting nothing until it is all in, and the other rows' drafts do not wait for it.
+        Such a feed aims at the tokens the sequence was admitted with: the ones committed
+        since, one a round while it waits, go in with its first drafts (_activate), where
+        aiming at all of them gained on it by only feed_chunk_tokens - 1 a round."""
         room = self.model.max_model_len
         drafting = [
             b
@@ -131,35 +139,41 @@ class DraftModelProposer:
         new = [b for b in drafting if request.slots[b] in self._unfed]
         if not new:
             return
-        left = self.feed_chunk_tokens if len(new) < len(drafting) else None
-        pieces: list[tuple[int, int, int]] = []  # (row, first position, tokens) to feed
+        chunked = self.feed_chunk_tokens is not None and (
+            len(new) < len(drafting) or bool(self._states)
+        )
+        left = self.feed_chunk_tokens if chunked else None
+        pieces: list[tuple[int, int, int, bool]] = []  # (row, first position, tokens, last?)
         for b in new:
-            start = self._fed.get(request.slots[b], 0)
-            size = len(request.token_ids[b]) - start
+            slot = request.slots[b]
+            start = self._fed.get(slot, 0)
+            goal = self._unfed[slot] if chunked else len(request.token_ids[b])
+            size = goal - start  # > 0: a sequence leaves _unfed once its goal is in
             if left is not None:
                 if left <= 0:
                     break
                 size = min(size, left)
                 left -= size
-            pieces.append((b, start, size))
+            pieces.append((b, start, size, start + size >= goal))
         fresh = [p for p in pieces if p[1] == 0]
         for group in group_by_length([p[2] for p in fresh], self.max_prefill_tokens):
             self._feed(request, [fresh[i] for i in group])
         step = self.max_prefill_tokens
-        for b, start, size in [p for p in pieces if p[1] > 0]:  # alone (engine/prefill.py: why)
+        for b, start, size, last in [p for p in pieces if p[1] > 0]:  # alone: engine/prefill.py
             for first in range(start, start + size, step):
-                self._feed(request, [(b, first, min(step, start + size - first))])
+                end = min(start + size, first + step)
+                self._feed(request, [(b, first, end - first, last and end == start + size)])
 
-    def _feed(self, request: ProposeRequest, pieces: list[tuple[int, int, int]]) -> None:
-        """Put (row, first position, tokens) pieces of committed tokens in the draft's cache; a
-        sequence whose tokens are then all in starts drafting from them."""
-        slots = [request.slots[b] for b, _, _ in pieces]
-        chunks = [request.token_ids[b][start : start + size] for b, start, size in pieces]
-        starts = [start for _, start, _ in pieces]
+    def _feed(self, request: ProposeRequest, pieces: list[tuple[int, int, int, bool]]) -> None:
+        """Put (row, first position, tokens, last?) pieces of committed tokens in the draft's
+        cache; a sequence whose last piece this is starts drafting from what it holds."""
+        slots = [request.slots[b] for b, _, _, _ in pieces]
+        chunks = [request.token_ids[b][start : start + size] for b, start, size, _ in pieces]
+        starts = [start for _, start, _, _ in pieces]
         self.model.forward(ForwardBatch(slots, chunks, starts, LogitsMode.NONE, is_prefill=True))
-        for slot, (b, start, size) in zip(slots, pieces, strict=True):
+        for slot, (_, start, size, last) in zip(slots, pieces, strict=True):
             fed = start + size
-            if fed < len(request.token_ids[b]):
+            if not last:
                 self._fed[slot] = fed
                 continue
             self._forget(slot)
@@ -173,7 +187,7 @@ class DraftModelProposer:
         self.model.free_slot(slot)
 
     def _forget(self, slot: int) -> None:
-        self._unfed.discard(slot)
+        self._unfed.pop(slot, None)
         self._fed.pop(slot, None)
         self._states.pop(slot, None)
         self._outstanding.pop(slot, None)
