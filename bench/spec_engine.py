@@ -124,11 +124,7 @@ class SpecBench:
         first_slot: int = 0,
         prefill_chunk_tokens: int | None = None,
     ) -> SpecEngine:
-        proposer = (
-            DraftModelProposer(self.draft, feed_chunk_tokens=prefill_chunk_tokens)
-            if k > 0
-            else None
-        )
+        proposer = DraftModelProposer(self.draft) if k > 0 else None
         config = EngineConfig(
             max_batch_size=concurrency,
             num_speculative_tokens=k,

@@ -51,7 +51,6 @@ class DrafterShard:
                     sparse_top_k=spec.sparse_top_k,
                     sparse_mass=spec.sparse_mass,
                     sparse_max_listed=spec.sparse_max_listed,
-                    feed_chunk_tokens=spec.feed_chunk_tokens,
                     tp=tp,
                 ),
                 progress,

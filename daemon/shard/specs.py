@@ -69,8 +69,6 @@ class DrafterSpec:
     sparse_mass: float = 1.0  # ...and no more than cover this much of its mass
     # a row's list widens up to this when tail drafts are rejected (None: never)
     sparse_max_listed: int | None = None
-    # new prompts fed per round while other rows draft (the verifier's prefill_chunk_tokens)
-    feed_chunk_tokens: int | None = None
 
 
 @dataclass(slots=True)

@@ -1,5 +1,4 @@
-"""`[server] prefill_chunk_tokens` reaches the verifier's engine and the drafter apart (which
-feeds new prompts as many tokens a round); a bad value is named in place."""
+"""`[server] prefill_chunk_tokens` reaches the verifier's engine; a bad value is named in place."""
 
 from pathlib import Path
 
@@ -14,27 +13,25 @@ from .cluster_files import MARK, SPARK_5090, first_config_error, replace_line, w
 RUNNABLE = replace_line(SPARK_5090, 'dtype = "fp8"', 'dtype = "bfloat16"')
 
 
-def _shards(tmp_path: Path, text: str) -> dict[str, tuple[object, str]]:
+def _verifier(tmp_path: Path, text: str) -> tuple[object, str]:
     path, _ = write_cluster(tmp_path, text)
     config = load_config(path)
     plan = make_plan(config, gather_node_facts(config, mode="offline"))
-    return {s.role: (s.spec, s.fingerprint) for s in desired_shards(config, plan, threads=None)}
+    shard = next(s for s in desired_shards(config, plan, threads=None) if s.role == "verifier")
+    return shard.spec, shard.fingerprint
 
 
-def test_the_chunk_reaches_both_shards_and_changes_their_fingerprints(tmp_path: Path) -> None:
+def test_the_chunk_reaches_the_verifier_and_changes_its_fingerprint(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    whole = _shards(tmp_path / "a", RUNNABLE)
-    assert whole["verifier"][0].prefill_chunk_tokens is None  # type: ignore[attr-defined]
-    assert whole["drafter"][0].feed_chunk_tokens is None  # type: ignore[attr-defined]
+    whole, whole_print = _verifier(tmp_path / "a", RUNNABLE)
+    assert whole.prefill_chunk_tokens is None  # type: ignore[attr-defined]
     text = replace_line(
         RUNNABLE, "max_batch_size = 8", "max_batch_size = 8\nprefill_chunk_tokens = 256"
     )
-    chunked = _shards(tmp_path / "b", text)
-    assert chunked["verifier"][0].prefill_chunk_tokens == 256  # type: ignore[attr-defined]
-    assert chunked["drafter"][0].feed_chunk_tokens == 256  # type: ignore[attr-defined]
-    for role in ("verifier", "drafter"):  # apply redeploys both with the new setting
-        assert chunked[role][1] != whole[role][1]
+    chunked, chunked_print = _verifier(tmp_path / "b", text)
+    assert chunked.prefill_chunk_tokens == 256  # type: ignore[attr-defined]
+    assert chunked_print != whole_print  # apply redeploys the verifier with the new setting
 
 
 @pytest.mark.parametrize(

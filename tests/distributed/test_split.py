@@ -49,7 +49,6 @@ def _start_pair(name: str, mode: str, draft: bool, prefill_chunk: int | None = N
             dtype="float32",
             max_batch_size=8,
             num_threads=1,
-            feed_chunk_tokens=prefill_chunk,
         ),
         Placement(DRAFTER_NODE, max_restarts=-1),
     )
@@ -171,9 +170,8 @@ def test_chunked_prefill_beside_a_decoding_request_is_lossless(
     pairs: dict[str, Pair], prompts: list[list[int]], reference: list[list[int]]
 ) -> None:
     """The overlapped pair's verifier prefills PREFILL_CHUNK prompt tokens a step while others
-    decode, and its drafter (on the other node) feeds new prompts as many a round: prompts
-    that join a long request's decoding go in over several rounds, with drafts between them,
-    and every output is target-only's."""
+    decode: prompts that join a long request's decoding go in over several rounds, with
+    drafts from the drafter node between them, and every output is target-only's."""
     pair = pairs["overlapped"]
     seen = len(pair.sink.outputs)
     long_ids = [f"chunk-long-{i}" for i in range(2)]

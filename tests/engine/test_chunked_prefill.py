@@ -4,15 +4,12 @@ tokens while other sequences decode, and the outputs are those of whole-prompt p
 from pathlib import Path
 
 import pytest
-import torch
 
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.request import Request, RequestOutput
 from daemon.runtime.engine.stop import FINISH_ABORT, FINISH_ERROR
 from daemon.runtime.errors import RequestError
-from daemon.runtime.model.batch import ForwardBatch, LogitsMode
-from daemon.runtime.proposers.draft_model import DraftModelProposer
 from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.conftest import MAX_TOKENS
 from tests.engine.helpers import make_engine
@@ -200,91 +197,6 @@ def test_a_step_carrying_a_chunk_still_teaches_the_round_overhead(
         stats.step_time_s - stats.prefill_time_s - stats.hand_out_time_s
     )
     assert 0.0 < stats.overhead_time_s < stats.round_time_s
-
-
-def test_the_drafter_takes_a_joining_prompt_in_chunks_beside_drafting_rows(
-    target_dir: Path, close_draft_dir: Path, prompts, reference
-) -> None:
-    """The draft model, like the target, feeds a new sequence's tokens 4 a round while another
-    row drafts: that row keeps its drafts every round, the new one drafts once all its tokens
-    are in, its cache then holds what a whole feed writes, and the outputs are the target's."""
-    engine = make_engine(target_dir, close_draft_dir, k=2, batch=3, prefill_chunk_tokens=4)
-    proposer = engine.proposer
-    assert isinstance(proposer, DraftModelProposer) and proposer.feed_chunk_tokens == 4
-    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
-    engine.add_request(Request("a", prompts[0], SamplingParams(max_tokens=200, ignore_eos=True)))
-    engine.step()
-    long_index = next(i for i, p in enumerate(prompts) if len(p) == 40)
-    engine.add_request(Request("b", prompts[long_index], params))
-    fed: list[int] = []  # b's tokens in the draft's cache after each round, while part-fed
-    for _ in range(100):
-        assert engine.step().stats.num_draft_tokens >= 2  # "a" drafted in every round
-        b = engine.scheduler.find_running("b")
-        if b is not None and b.slot in proposer._fed:
-            fed.append(proposer._fed[b.slot])
-            assert b.num_draft_tokens == 0  # no drafts until its tokens are all in
-        elif b is not None and b.slot in proposer._states:
-            break  # all in: it drafts from the next round on
-    assert b is not None and b.slot in proposer._states
-    # its 40 prompt tokens, 4 a round (what it decoded meanwhile goes in with its first drafts)
-    assert fed == list(range(4, 40, 4))
-    assert b.num_draft_tokens > 0  # it drafted in the round its last chunk went in
-    # the catch-up learned is the last chunk's, not a 40-token feed at that price
-    learned = engine.controller.costs.catch_up_samples.values()
-    assert all(behind <= 4 for samples in learned for behind, _ in samples)
-    held = b.token_ids[:40]
-    # the same tokens fed whole into the free slot 2 of the draft model: the same K/V
-    proposer.model.forward(ForwardBatch([2], [held], [0], LogitsMode.NONE))
-    for layer in range(len(proposer.model.cache.keys)):
-        for cache in (proposer.model.cache.keys, proposer.model.cache.values):
-            torch.testing.assert_close(
-                cache[layer][b.slot, :, : len(held)], cache[layer][2, :, : len(held)]
-            )
-    done: dict[str, list[int]] = {}
-    while engine.has_unfinished():
-        done.update((o.request_id, o.token_ids) for o in engine.step().finished)
-    assert done["a"][:MAX_TOKENS] == reference[0] and done["b"] == reference[long_index]
-
-
-def test_a_drafter_fed_one_token_a_round_still_catches_up(
-    target_dir: Path, close_draft_dir: Path, prompts
-) -> None:
-    """At 1 token a round a waiting row commits as many as the drafter feeds it: aiming at all
-    its tokens, the feed never caught up while another row drafted. It aims at the tokens it
-    was admitted with, and the row drafts after as many rounds."""
-    engine = make_engine(target_dir, close_draft_dir, k=2, batch=2, prefill_chunk_tokens=1)
-    proposer = engine.proposer
-    assert isinstance(proposer, DraftModelProposer)
-    engine.add_request(Request("a", prompts[0], SamplingParams(max_tokens=200, ignore_eos=True)))
-    engine.step()
-    engine.add_request(Request("b", prompts[1], SamplingParams(max_tokens=80, ignore_eos=True)))
-    for _ in range(len(prompts[1]) * 2 + 5):  # its prefill, 1 a step; its feed, 1 a round
-        engine.step()
-    b = engine.scheduler.find_running("b")
-    assert b is not None and b.num_draft_tokens > 0
-
-
-def test_a_call_carrying_the_new_row_alone_still_feeds_it_in_chunks(
-    close_draft_dir: Path, prompts
-) -> None:
-    """Overlapped remote drafting: the other rows' drafts were prepared already, and the fresh
-    call carries the new row alone. Others still draft this round: it is fed a chunk, not its
-    whole prompt on the verifier's wait; a batch of new rows alone goes in whole."""
-    from daemon.runtime.model import load_model
-    from daemon.runtime.proposers.base import ProposeRequest
-
-    proposer = DraftModelProposer(load_model(close_draft_dir, num_slots=2), feed_chunk_tokens=4)
-
-    def propose(slot: int, tokens: list[int]) -> int:
-        request = ProposeRequest([slot], [tokens], [2], [SamplingParams()], [0])
-        return proposer.propose(request).num_draft_tokens[0]
-
-    proposer.admit([0], [prompts[1]])
-    assert propose(0, prompts[1]) == 2  # nothing else drafts: its prompt went in whole
-    long_prompt = next(p for p in prompts if len(p) == 40)
-    proposer.admit([1], [long_prompt])
-    assert propose(1, long_prompt) == 0 and proposer._fed[1] == 4
-    assert propose(1, long_prompt) == 0 and proposer._fed[1] == 8
 
 
 def test_a_chunk_budget_below_one_is_refused() -> None:

@@ -367,9 +367,8 @@ class SpecEngine:
         self.controller.costs.record_verify(batch, verdict.tokens_per_seq, verdict.verify_time_s)
         max_k = max(proposals.num_draft_tokens, default=0)
         if max_k and not exploring:  # the other form's drafting costs what it costs
-            self._learn_draft_cost(
-                batch, max_k, proposals.draft_time_s, self._catch_up_fed(seqs, proposals)
-            )
+            behind = max(s.drafter_behind for s, k in zip(seqs, ks, strict=True) if k)
+            self._learn_draft_cost(batch, max_k, proposals.draft_time_s, behind)
         stats.batch_size, stats.speculation_len = batch, max(ks, default=0)
         stats.draft_time_s, stats.verify_time_s = proposals.draft_time_s, verdict.verify_time_s
         stats.accepted_per_pos = [0] * max_k
@@ -377,19 +376,6 @@ class SpecEngine:
             seqs, proposals.num_draft_tokens, verdict.num_accepted, verdict.emitted, strict=True
         ):
             self._commit(seq, num_draft, num_acc, emitted, stats)
-
-    def _catch_up_fed(self, seqs: list[Sequence], proposals: Proposals) -> int:
-        """The most tokens a row that got drafts had the drafter feed first this round (its
-        catch-up). A row that asked for drafts and got none fed nothing the round can be
-        charged for (or a part of its prompt: prefill_chunk_tokens). With chunked feeding, a
-        row that was far behind fed the last chunk or so of it: priced as feeding all of it,
-        the catch-up line learned a 40-token feed at the cost of 4."""
-        behind = max(
-            (s.drafter_behind for s, n in zip(seqs, proposals.num_draft_tokens, strict=True) if n),
-            default=0,
-        )
-        chunk = self.config.prefill_chunk_tokens
-        return behind if chunk is None else min(behind, chunk)
 
     def _proposal_form(self, seqs: list[Sequence], ks: list[int]) -> tuple[bool, bool]:
         """(whether this round's sampled drafts go coupled, whether that is the other form's

@@ -55,20 +55,14 @@ class DraftModelProposer:
         max_branch_k: int = DEFAULT_MAX_BRANCH_K,
         min_branch_prob: float = DEFAULT_MIN_BRANCH_PROB,
         is_branching: bool = False,
-        feed_chunk_tokens: int | None = None,
     ) -> None:
         """is_branching: record, from the first proposal on, what `prepare` plans with (the
         draft's alternatives and probabilities at every position); it also turns on by itself
         at the first `prepare`. Off, in-process drafting does no work it never uses.
         max_listed: the tokens a sampled draft's list may widen to while the verifier rejects
         the sequence's tail drafts (None: sparse_top_k, no widening); tail_prior: the acceptance of
-        tail drafts each sequence starts out believing (1: its lists start short).
-        feed_chunk_tokens: the most tokens of new sequences' prompts a round feeds while other
-        rows draft (the verifier's prefill_chunk_tokens; None: every new prompt whole)."""
-        if feed_chunk_tokens is not None and feed_chunk_tokens < 1:
-            raise RequestError(f"feed_chunk_tokens must be >= 1, got {feed_chunk_tokens}")
+        tail drafts each sequence starts out believing (1: its lists start short)."""
         self.model = model
-        self.feed_chunk_tokens = feed_chunk_tokens
         # padded tokens per prefill pass
         self.max_prefill_tokens = prefill_budget(max_prefill_tokens, model.device)
         # Runners without fork rows (the transformers fallback) prepare the main branch only.
@@ -95,10 +89,7 @@ class DraftModelProposer:
         self._outstanding: dict[int, DraftRecord] = {}  # the proposal the verifier checks
         self._plans: dict[int, SequencePlan] = {}  # the last prepare's, until adopted
         self._bases: dict[int, int] = {}  # committed tokens before the outstanding drafts
-        # admitted, prefilled at their first drafts (admit): slot -> the tokens it was admitted
-        # with (its prompt, or what the verifier had committed when a remote admit travelled)
-        self._unfed: dict[int, int] = {}
-        self._fed: dict[int, int] = {}  # unfed slots part-prefilled: tokens in the cache
+        self._unfed: set[int] = set()  # admitted, prefilled at their first drafts (admit)
 
     # -- sequences ------------------------------------------------------------------------
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
@@ -114,72 +105,32 @@ class DraftModelProposer:
             max_model_len=self.model.max_model_len,
             vocab_size=self.model.vocab_size,
         )
-        for slot, prompt in zip(slots, prompts, strict=True):
+        for slot in slots:
             self._forget(slot)
-            self._unfed[slot] = len(prompt)
+            self._unfed.add(slot)
 
     def _feed_new(self, request: ProposeRequest) -> None:
         """Prefill the committed tokens of the admitted sequences this round first drafts for
-        (with room in the draft's context to draft).
-
-        With `feed_chunk_tokens` set, while other sequences draft (in this call, or any that
-        drafted before: in overlapped mode a call may carry the new rows alone, the others'
-        drafts prepared already), at most that many tokens a call, first come, first served,
-        as the verifier's prefill goes: a long prompt goes in over several rounds, its row
-        drafting nothing until it is all in, and the other rows' drafts do not wait for it.
-        Such a feed aims at the tokens the sequence was admitted with: the ones committed
-        since, one a round while it waits, go in with its first drafts (_activate), where
-        aiming at all of them gained on it by only feed_chunk_tokens - 1 a round."""
+        (with room in the draft's context to draft)."""
         room = self.model.max_model_len
-        drafting = [
+        new = [
             b
-            for b in range(len(request.slots))
-            if min(request.num_to_draft[b], room - len(request.token_ids[b])) > 0
+            for b, slot in enumerate(request.slots)
+            if slot in self._unfed
+            and min(request.num_to_draft[b], room - len(request.token_ids[b])) > 0
         ]
-        new = [b for b in drafting if request.slots[b] in self._unfed]
-        if not new:
-            return
-        chunked = self.feed_chunk_tokens is not None and (
-            len(new) < len(drafting) or bool(self._states)
-        )
-        left = self.feed_chunk_tokens if chunked else None
-        pieces: list[tuple[int, int, int, bool]] = []  # (row, first position, tokens, last?)
-        for b in new:
-            slot = request.slots[b]
-            start = self._fed.get(slot, 0)
-            goal = self._unfed[slot] if chunked else len(request.token_ids[b])
-            size = goal - start  # > 0: a sequence leaves _unfed once its goal is in
-            if left is not None:
-                if left <= 0:
-                    break
-                size = min(size, left)
-                left -= size
-            pieces.append((b, start, size, start + size >= goal))
-        fresh = [p for p in pieces if p[1] == 0]
-        for group in group_by_length([p[2] for p in fresh], self.max_prefill_tokens):
-            self._feed(request, [fresh[i] for i in group])
-        step = self.max_prefill_tokens
-        for b, start, size, last in [p for p in pieces if p[1] > 0]:  # alone: engine/prefill.py
-            for first in range(start, start + size, step):
-                end = min(start + size, first + step)
-                self._feed(request, [(b, first, end - first, last and end == start + size)])
+        tokens = [request.token_ids[b] for b in new]
+        for group in group_by_length([len(t) for t in tokens], self.max_prefill_tokens):
+            self._prefill([request.slots[new[i]] for i in group], [tokens[i] for i in group])
 
-    def _feed(self, request: ProposeRequest, pieces: list[tuple[int, int, int, bool]]) -> None:
-        """Put (row, first position, tokens, last?) pieces of committed tokens in the draft's
-        cache; a sequence whose last piece this is starts drafting from what it holds."""
-        slots = [request.slots[b] for b, _, _, _ in pieces]
-        chunks = [request.token_ids[b][start : start + size] for b, start, size, _ in pieces]
-        starts = [start for _, start, _, _ in pieces]
-        self.model.forward(ForwardBatch(slots, chunks, starts, LogitsMode.NONE, is_prefill=True))
-        for slot, (_, start, size, last) in zip(slots, pieces, strict=True):
-            fed = start + size
-            if not last:
-                self._fed[slot] = fed
-                continue
+    def _prefill(self, slots: list[int], prompts: list[list[int]]) -> None:
+        batch = ForwardBatch(slots, prompts, [0] * len(slots), LogitsMode.NONE)
+        self.model.forward(batch)
+        for slot, prompt in zip(slots, prompts, strict=True):
             self._forget(slot)
-            self._states[slot] = SlotState(num_committed=fed)
+            self._states[slot] = SlotState(num_committed=len(prompt))
             self._outstanding[slot] = DraftRecord()  # no proposal yet: m = 0
-            self._bases[slot] = fed
+            self._bases[slot] = len(prompt)
             self._tails[slot] = TailVerdicts(self.tail_prior)
 
     def release(self, slot: int) -> None:
@@ -187,8 +138,7 @@ class DraftModelProposer:
         self.model.free_slot(slot)
 
     def _forget(self, slot: int) -> None:
-        self._unfed.pop(slot, None)
-        self._fed.pop(slot, None)
+        self._unfed.discard(slot)
         self._states.pop(slot, None)
         self._outstanding.pop(slot, None)
         self._plans.pop(slot, None)
@@ -210,7 +160,7 @@ class DraftModelProposer:
             self._bases[slot] = len(request.token_ids[b])
             tokens = request.token_ids[b]
             k = min(request.num_to_draft[b], self.model.max_model_len - len(tokens))
-            if k > 0 and slot not in self._unfed:  # one part-fed drafts once it is all in
+            if k > 0:
                 row = self._activate(request, b, [], k)
                 row.record = records[b]
                 rows.append(row)
