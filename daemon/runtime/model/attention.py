@@ -131,14 +131,13 @@ class Attention(nn.Module):
             # batch 1): L = start + T, query t sees keys 0..start + t, the causal mask aligned
             # to the lower right. CUDA's flash kernel applies it itself; elsewhere it is built
             # as [T, L] bools, where the stacked mask below is [G * T, L] in the pass's dtype
-            out = F.scaled_dot_product_attention(
+            return F.scaled_dot_product_attention(
                 q.transpose(1, 2),  # [1, H, T, D]
                 k_ctx,
                 v_ctx,
                 attn_mask=causal_lower_right(chunk, meta.context_len),
                 enable_gqa=True,
             )
-            return out
         # [B, H, T, D] -> [R, H, T, D] -> [R, H_kv, G * T, D] (head h = kv head h // G)
         stacked = meta.to_span(q.transpose(1, 2)).reshape(
             -1, self.num_kv_heads, group * chunk, self.head_dim
