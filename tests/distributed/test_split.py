@@ -6,6 +6,7 @@ killed for good and re-created elsewhere) that cost speculation for a while, nev
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import ray
@@ -217,6 +218,22 @@ def _long_requests(pair: Pair, prompts: list[list[int]], tag: str) -> list[str]:
     return ids
 
 
+def _wait_restarted(handle: Any, timeout_s: float) -> None:
+    """Wait until a killed actor's restarted instance is loaded. Ray refuses calls while the
+    actor restarts (`ActorUnavailableError`): the requests can finish at k = 0 before the new
+    process is up, on a loaded machine in particular, so ask again until `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            ray.get(handle.wait_ready.remote(max(left, 1.0)), timeout=max(left, 1.0) + 30)
+            return
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _wait_for_drafts(pair: Pair, since: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -267,7 +284,7 @@ def test_drafter_killed_mid_generation_costs_speculation_not_tokens(
     assert [pair.sink.tokens(rid) for rid in ids] == _reference_long(prompts)
     assert all(pair.sink.last(rid).finish_reason == "length" for rid in ids)
     # a restarted drafter (a new process) serves again: speculation resumes
-    ray.get(pair.drafter.wait_ready.remote(LOAD_TIMEOUT_S), timeout=LOAD_TIMEOUT_S + 30)
+    _wait_restarted(pair.drafter, LOAD_TIMEOUT_S)
     again, resumed = _traffic_until_drafts(pair, prompts, "after-restart", 60)
     assert resumed, "speculation did not resume"
     pair.sink.wait_finished(again, timeout_s=FINISH_TIMEOUT_S * 2)
