@@ -119,6 +119,39 @@ def test_acceptance_estimate_counts_reached_positions() -> None:
     assert est.accepted == [1.0, 0.0, 0.0, 0.0]
 
 
+def test_a_position_seldom_reached_takes_its_shallower_neighbours_rate() -> None:
+    """Position 0 reached 41 times (37 accepted), 1 37 times (35), 2 once, 3 never: each is
+    shrunk towards the position before it, not a flat 0.6."""
+    est = AcceptanceEstimate(max_k=4, decay=1.0)
+    for accepted in [0] * 4 + [1] * 2 + [2] * 34:
+        est.update(2, accepted)
+    est.update(3, 3)
+    assert est.reached == [41.0, 37.0, 1.0, 0.0]
+    chained = est.chained_alphas(0.6, 1.0)
+    assert chained[0] == pytest.approx((37 + 0.6) / 42)
+    assert chained[1] == pytest.approx((35 + chained[0]) / 38)
+    assert chained[2] == pytest.approx((1 + chained[1]) / 2)
+    assert chained[3] == pytest.approx(chained[2])
+    assert est.alphas([0.6] * 4, 1.0)[3] == pytest.approx(0.6)  # the flat prior's answer
+
+
+def test_adaptive_drafts_past_its_habit_where_the_positions_it_sees_pay() -> None:
+    """Narrow prose at 4 sequences on the CPU: every fixed k within 5%, deeper positions
+    accepted ~0.97 of the time, and adaptive's rounds at k = 2 never reach position 3. With a
+    flat 0.6 for positions it had not seen, it priced k = 6 below k = 2 and stayed at 2
+    (0.965-0.974x the best fixed k, k = 6, in three runs); a position seen once or never now
+    takes the rate of the position before it, and the choice goes deep where the costs allow.
+    Costs: verify grows 1 ms a token from 4 ms, drafting free."""
+    ctl = _costed(1e-9, {t: 0.003 + 0.001 * t for t in range(1, 8)}, batch=4)
+    ests = [ctl.new_estimate() for _ in range(4)]
+    for _ in range(30):
+        for est in ests:
+            ctl.observe(est, 2, 2)  # rounds at k = 2, both drafts accepted
+    assert min(ctl._prior()[2:6]) > 0.9
+    probs = [accept_probs(e.alphas(ctl._prior(), 8.0)) for e in ests]
+    assert ctl._best_k(probs, [6] * 4) == 6
+
+
 def test_fixed_mode_clips_to_limits() -> None:
     ctl = SpeculationController(ControllerConfig(max_k=8, adaptive=False, fixed_k=4))
     assert ctl.choose([ctl.new_estimate()] * 3, [8, 2, 0]) == [4, 2, 0]

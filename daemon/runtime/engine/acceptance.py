@@ -35,6 +35,17 @@ class AcceptanceEstimate:
             for a, r, p in zip(self.accepted, self.reached, prior, strict=True)
         ]
 
+    def chained_alphas(self, first_prior: float, prior_weight: float) -> list[float]:
+        """[max_k] conditional acceptance per position, each shrunk towards the estimate of
+        the position before it (position 0 towards `first_prior`): a position seldom reached
+        takes its shallower neighbour's rate, not a flat guess."""
+        out: list[float] = []
+        prior = first_prior
+        for a, r in zip(self.accepted, self.reached, strict=True):
+            prior = (a + prior_weight * prior) / (r + prior_weight)
+            out.append(prior)
+        return out
+
 
 def accept_probs(alphas: list[float]) -> list[float]:
     """[k] P(draft i is accepted) = product of alphas up to i."""

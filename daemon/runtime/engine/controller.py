@@ -100,6 +100,15 @@ pseudo-rounds: a couple of unlucky rejections must not talk a sequence out of sp
 The engine-wide estimate, which every sequence's rounds feed, leans on INITIAL_ALPHA by one
 pseudo-round only: at 8 (as a sequence's) a short run's deep positions stayed pulled towards
 0.6 where prose accepts ~0.9 there, and the controller drafted 5 where 6 paid.
+Each position of it leans on the position before it, not on a flat INITIAL_ALPHA
+(AcceptanceEstimate.chained_alphas): a position past the controller's habitual K is reached
+only by its probes, so its estimate was mostly that prior, 0.6, where the demo pair's
+conditional acceptance is 0.77-0.85 (code) and 0.80-0.91 (prose) at every depth to 6 and
+rises with depth (an accepted run is in easy text). On the narrow bench target at 4 sequences
+of prose, k = 2, 4 and 6 were within 4% of each other and k = 6 won; adaptive priced k = 6's
+last positions at 0.6, stayed at k = 2 and made 0.965-0.974x k = 6 in three runs; with the
+chained prior it drafts 5-6 and makes 0.985-0.987x. An unseen position is priced at the rate
+of the deepest seen; if that is too high, the rounds that go there measure it.
 """
 
 import math
@@ -470,8 +479,7 @@ class SpeculationController:
         self.global_estimate.update(num_drafted, num_accepted)
 
     def _prior(self) -> list[float]:
-        flat = [INITIAL_ALPHA] * self.config.max_k
-        return self.global_estimate.alphas(flat, GLOBAL_PRIOR_WEIGHT)
+        return self.global_estimate.chained_alphas(INITIAL_ALPHA, GLOBAL_PRIOR_WEIGHT)
 
     def _switch_price(self, batch: int, behind: list[int] | None, left: list[int] | None) -> float:
         """Seconds per emitted token that drafting must also pay, once, to start: its first
