@@ -104,11 +104,12 @@ Each position of it leans on the position before it, not on a flat INITIAL_ALPHA
 (AcceptanceEstimate.chained_alphas): a position past the controller's habitual K is reached
 only by its probes, so its estimate was mostly that prior, 0.6, where the demo pair's
 conditional acceptance is 0.77-0.85 (code) and 0.80-0.91 (prose) at every depth to 6, no
-lower deep than shallow (a run accepted so far is in easy text). On the narrow bench target at 4 sequences
-of prose, k = 2, 4 and 6 were within 4% of each other and k = 6 won; adaptive priced k = 6's
-last positions at 0.6, stayed at k = 2 and made 0.965-0.974x k = 6 in three runs; with the
-chained prior it drafts 5-6 and makes 0.985-0.987x. An unseen position is priced at the rate
-of the deepest seen; if that is too high, the rounds that go there measure it.
+lower deep than shallow (a run accepted so far is in easy text). On the narrow bench target
+at 4 sequences of prose, k = 2, 4 and 6 were within 4% of each other and k = 6 won; adaptive
+priced k = 6's last positions at 0.6, stayed at k = 2 and made 0.965-0.974x k = 6 in three
+runs; with the chained prior it drafts 5-6 and makes 0.985-0.987x. An unseen position is
+priced at the rate of the deepest seen; if that is too high, the rounds that go there
+measure it.
 """
 
 import math
