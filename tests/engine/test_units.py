@@ -1,5 +1,6 @@
 """Unit tests of the engine's model-free parts: n-gram lookup, stop checks, the controller."""
 
+import itertools
 import math
 import random
 
@@ -1030,8 +1031,9 @@ def test_plain_decoding_measured_again_and_slow_once_is_confirmed() -> None:
     a plain one 20 ms: plain decoding wins (16 tokens / 20 ms against k = 2's 48 / 82). Its
     price went out of date while others were measured, and the pass that measured it again
     was slow (45 ms): k = 2 wins on that price, and plain decoding could not beat k = 2 even
-    15% cheaper, so the out-of-date rule never measured it again. A re-measure that came
-    out dearer is confirmed before it is believed: plain is measured again, and wins."""
+    30% cheaper (STALE_SLACK), so the out-of-date rule never measured it again. A re-measure
+    that came out dearer is confirmed before it is believed: plain is measured again, and
+    wins."""
 
     def truth(length: int) -> float:
         return 0.020 if length == 1 else 0.030 + 0.025 * (length - 1)
@@ -1076,28 +1078,83 @@ def _drifted_run(plain_now: float, rounds: int = 120) -> list[int]:
 
 def test_adaptive_measures_plain_decoding_again_once_its_cost_is_out_of_date() -> None:
     """A plain pass that got cheaper (30 -> 20 ms: plain now beats k = 2 by 37%) is only seen
-    if plain decoding is measured again: once its newest pass is STALE_PASSES passes old (the
-    oldest of the lengths that would win were they 15% cheaper: k = 1 is one too), a cost
-    probe runs a plain round, whose time replaces the old samples, and plain decoding wins
-    from then on (but for its exploratory rounds). Without the probe, k = 2 forever."""
-    chosen = _drifted_run(plain_now=0.020)
+    if plain decoding is measured again. Once lengths are STALE_PASSES passes old, the ones
+    that would win were they STALE_SLACK cheaper are probed, one every STALE_PASSES passes at
+    most, nearest to winning first: k = 1 (32 tokens in 55 ms against k = 2's 48 in 80), then
+    plain decoding (16 in 30), whose time replaces its old samples, and plain decoding wins
+    from then on (but for its exploratory rounds). Without the probes, k = 2 forever."""
+    chosen = _drifted_run(plain_now=0.020, rounds=160)
     assert chosen[:32].count(2) == 28  # before: k = 2, and every 8th round a probe at k = 3
-    assert 0 in chosen[STALE_PASSES : STALE_PASSES + 16]  # the probe: the oldest length
-    assert chosen[-40:].count(0) >= 36  # plain, but for explorations at k = 1
+    first = chosen.index(1)  # the first out-of-date probe: k = 1, the nearest to winning
+    assert STALE_PASSES < first <= STALE_PASSES + 2 * PROBE_EVERY and 0 not in chosen[:first]
+    second = chosen.index(0)  # then plain decoding, a round of the candidates later
+    assert first + STALE_PASSES < second <= first + STALE_PASSES + 2 * PROBE_EVERY
+    assert chosen[second:].count(0) >= len(chosen[second:]) - 4  # plain, but explorations
 
 
 def test_adaptive_keeps_speculating_where_a_fresh_plain_pass_costs_the_same() -> None:
-    """The same, but plain passes still cost 30 ms: the probe measures that, and k = 2 stays."""
-    chosen = _drifted_run(plain_now=0.030)
+    """The same, but plain passes still cost 30 ms: the probes measure that, and k = 2 stays.
+    Every out-of-date candidate is probed once before one is probed again (else the nearest
+    to winning, out of date again by the next probe, would be the only one ever measured)."""
+    chosen = _drifted_run(plain_now=0.030, rounds=160)
     assert chosen[-40:].count(2) >= 34 and chosen[-40:].count(0) <= 1
-    # one out-of-date length measured again every STALE_PASSES passes at most: plain, then k = 1
-    stale_probes = [i for i, k in enumerate(chosen) if k in (0, 1)]
-    assert len(stale_probes) == 2 and stale_probes[1] - stale_probes[0] > STALE_PASSES
+    # one out-of-date length measured again every STALE_PASSES passes at most: k = 1, plain,
+    # then k = 1 again
+    stale_probes = [(i, k) for i, k in enumerate(chosen) if k in (0, 1)]
+    assert [k for _, k in stale_probes] == [1, 0, 1]
+    assert all(b - a > STALE_PASSES for (a, _), (b, _) in itertools.pairwise(stale_probes))
+
+
+def _stale_three_token_run(three_tokens_ms: float, rounds: int = 160) -> str:
+    """Batch 4, per-position acceptance ~0.8, drafting 0.25 ms a step, a pass of T = 1..7
+    tokens 4.0, 4.6, 5.0, 6.6, 7.6, 9.5, 11 ms: k = 2 is the best length (2.44 tokens a row
+    in 5.5 ms, k = 3 2.95 in 7.35). Every length was measured MIN_COST_SAMPLES times at once,
+    the 3-token pass at `three_tokens_ms` (a slow spell's); then each round pays the true
+    price. The k chosen in each of `rounds` rounds, as digits."""
+    truth = {1: 4.0, 2: 4.6, 3: 5.0, 4: 6.6, 5: 7.6, 6: 9.5, 7: 11.0}
+    ctl = SpeculationController(ControllerConfig(max_k=6, adaptive=True))
+    rng = random.Random(0)
+    ests = [ctl.new_estimate() for _ in range(4)]
+    for i in range(200):
+        accepted = 0
+        while accepted < 6 and rng.random() < 0.8:
+            accepted += 1
+        ctl.observe(ests[i % 4], 6, accepted)
+    for k in range(1, 7):
+        for _ in range(2):
+            ctl.costs.record_draft(4, k, 0.00025 * k)
+    for _ in range(MIN_COST_SAMPLES):
+        for length, ms in truth.items():
+            ctl.costs.record_verify(4, length, (three_tokens_ms if length == 3 else ms) / 1e3)
+    chosen = []
+    for _ in range(rounds):
+        k = max(ctl.choose(ests, [6] * 4))
+        ctl.costs.record_verify(4, k + 1, truth[k + 1] / 1e3)
+        if k:
+            ctl.costs.record_draft(4, k, 0.00025 * k)
+        chosen.append(str(k))
+    return "".join(chosen)
+
+
+def test_an_out_of_date_length_nearest_to_winning_is_measured_again_first() -> None:
+    """The 3-token pass priced 20% dear (6.0 ms where it costs 5.0): k = 3 wins on that price.
+    k = 1 and k = 2 would both win were they cheaper; k = 2 is nearer to winning (2.44 / 6.5
+    against 1.8 / 4.85, k = 3's 2.95 / 7.35), so the first out-of-date probe measures it, and
+    k = 2 wins from there. Oldest first, k = 1 went first (k = 2 waited another STALE_PASSES
+    passes, half this run). Priced 32% dear (6.6 ms), k = 2 could not win even 15% cheaper:
+    with STALE_SLACK at 15% it was never measured again; now it is, after k = 1."""
+    run = _stale_three_token_run(6.0)
+    assert run[:32].count("3") >= 28  # on the slow spell's price
+    first = run.index("2")
+    assert STALE_PASSES < first <= STALE_PASSES + 2 * PROBE_EVERY and "1" not in run[:first]
+    assert run[first:].count("2") >= len(run[first:]) - 8  # then k = 2, but for probes
+    run = _stale_three_token_run(6.6)
+    assert "2" in run and run[-16:].count("2") >= 14
 
 
 def test_a_far_better_speculation_never_probes_plain_decoding() -> None:
     """At batch 1, drafting free and everything accepted, speculation makes 9 tokens where
-    plain decoding makes 1 for about the same pass: plain could not win even 15% cheaper, so
+    plain decoding makes 1 for about the same pass: plain could not win even 30% cheaper, so
     it is never measured again however old its price."""
     ctl = _costed(0.0001, {1: 0.030, 9: 0.032}, batch=1)
     est = _trained(ctl, 8)

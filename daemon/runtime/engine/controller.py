@@ -54,8 +54,20 @@ looks for lengths that could win at their floors, and a measured length's floor 
 (old) price. So a length whose newest pass is STALE_PASSES passes old at this batch size is a
 cost probe's candidate again where it would win were its round STALE_SLACK cheaper than
 priced, plain decoding included (at the break-even concurrencies; never where speculation pays
-2x): the oldest such length, at most once every STALE_PASSES passes (on a steady machine,
-probing every candidate as it went stale spent ~8% of the rounds on lengths up to 15% worse).
+2x), at most once every STALE_PASSES passes: the one nearest to winning at its price (the
+oldest among equals) of those not probed yet in the current round of them (the nearest alone
+would be out of date again by the next probe, and the others never measured). On a steady
+machine, probing every candidate as it went stale spent ~8% of the rounds on lengths up to
+15% worse; once every STALE_PASSES passes, a probe loses at most STALE_SLACK of one round in
+32 (~1%). STALE_SLACK was 15%, and the oldest candidate went first: on the narrow bench
+target at 4 sequences of code, the 3-token pass measured 7.2 ms in its first three passes
+where fixed k = 2's took 5.4-6.1; priced so, k = 2 would win only ~15% cheaper (at the edge
+of the slack), adaptive drafted 4-5 for the whole run and made 0.950x k = 2 in two benches.
+Where k = 2 was a candidate, lengths priced longer ago went first, one every STALE_PASSES
+passes, in a run of ~90 passes at 4 sequences. In a model of that case
+(tests/engine/test_units.py: the 3-token pass priced 20% dear), the first out-of-date probe
+now measures it and k = 2 wins from there, where k = 1 went first and k = 2 waited another
+STALE_PASSES passes; priced 32% dear, k = 2 was never measured again at 15%.
 From plain decoding the probe is an exploratory round at K = 1, at most every EXPLORE_EVERY
 rounds, and no more often than keeps its predicted loss (the round's cost minus the time plain
 decoding takes to emit the tokens it is expected to) within EXPLORE_BUDGET of the time spent in
@@ -132,7 +144,7 @@ PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured l
 KEEP_CHOICE_ROUNDS = 8  # rounds of the same batch a speculative choice is made for at most
 KEEP_CHOICE_SHARE = 0.01  # ... where making it took this share of its round's price or more
 MIN_COST_SAMPLES = SETTLING_SAMPLES  # passes of a length, per batch size, to trust its cost
-STALE_SLACK = 0.15  # an out-of-date length is measured again if this much cheaper would win
+STALE_SLACK = 0.30  # an out-of-date length is measured again if this much cheaper would win
 SPECULATION_MARGIN = 0.03  # speculation must beat plain decoding's predicted rate by this much
 PRICE_LAG_RECORDS = 16  # cost samples (five rounds' or more) a kept round price may lag behind
 
@@ -172,8 +184,10 @@ class SpeculationController:
     # _plain_flip_cost, the price at which the best speculative rate would have won
     _plain_batch: list[AcceptanceEstimate] | None = None
     _plain_flip_cost: float = 0.0
-    # batch size -> the verify pass count at its latest probe of an out-of-date length
+    # batch size -> the verify pass count at its latest probe of an out-of-date length, and
+    # the lengths probed so in the current round of them (_cost_probe_length)
     _stale_probed: dict[int, int] = field(default_factory=dict)
+    _stale_round: dict[int, set[int]] = field(default_factory=dict)
     # (batch size, verify length, its sample count then) of every recheck (_recheck_length)
     _rechecked: set[tuple[int, int, int]] = field(default_factory=set)
     # the batch for which a speculative K was last chosen (not a probe), K, each sequence's
@@ -355,10 +369,12 @@ class SpeculationController:
         size and could win (could_win), plain decoding (0) among them where its price is not
         trusted yet (cost_model.is_trusted: one pass at a slow moment priced plain decoding at
         44.6 ms where its passes took 33, and adaptive drafted at a loss) and would win at its
-        floor. Else, at most once every STALE_PASSES passes, the
-        length whose newest pass is oldest among those more than STALE_PASSES passes old that
-        would win were their round STALE_SLACK cheaper than priced, plain decoding (0)
-        included: one such probe loses at most STALE_SLACK of a round."""
+        floor. Else, at most once every STALE_PASSES passes, of the lengths whose newest pass
+        is more than STALE_PASSES passes old and that would win were their round STALE_SLACK
+        cheaper than priced, plain decoding (0) included, the one whose priced rate is nearest
+        the choice's (the oldest among equals) that this round of them has not probed yet:
+        one such probe loses at most STALE_SLACK of a round. A round ends when every candidate
+        was probed in it (or is no longer one)."""
         could_win = self.could_win(batch, max_cap)
         unmeasured = [
             k
@@ -385,7 +401,24 @@ class SpeculationController:
         if not stale:
             return None
         self._stale_probed[batch] = passes
-        return max(stale, key=lambda k: (self.costs.passes_since(batch, k + 1) or 0, -k))
+        # a round of the candidates, nearest to winning first: the nearest alone would be
+        # out of date again by the next probe, and the others never measured
+        done = self._stale_round.setdefault(batch, set())
+        if not (fresh := [k for k in stale if k not in done]):
+            done.clear()
+            fresh = stale
+        assert self._last_choice is not None  # _wins_if_cheaper found candidates with it
+        tokens, _, costs = self._last_choice
+        length = max(
+            fresh,
+            key=lambda k: (
+                tokens[k] / max(costs[k], 1e-9),
+                self.costs.passes_since(batch, k + 1) or 0,
+                -k,
+            ),
+        )
+        done.add(length)
+        return length
 
     def _recheck_length(self, batch: int, caps: list[int], switch: float) -> int | None:
         """Where plain decoding was just chosen: a k whose verify length at this batch size
