@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE_NAME = "ray-node.json"
 START_LOG_NAME = "ray-start.log"
+RAY_ADDRESS_FILE = "ray_current_cluster"  # where `ray start` writes the GCS address it gives
 MAX_CAUSE_CHARS = 300  # of the line of a failed `ray start`'s log said in the response
 LOCK_WAIT_S = 1.0  # a start or stop waits this long for one in progress, then 409
 
@@ -168,6 +169,8 @@ class RayNode:
             gcs_address = request.address
         node = RunningNode(request.role, gcs_address, labels, 0)
         self._run_ray_start(command, node)
+        if request.role == "head" and not ray.node_ip_address:
+            node.gcs_address = advertised_gcs_address(temp_dir, ray.port) or gcs_address
         logger.info("ray started as %s of %s (session %d)", node.role, gcs_address, node.session_id)
         return node
 
@@ -258,3 +261,23 @@ def failure_cause(output: str) -> str:
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*:")
+
+
+def advertised_gcs_address(temp_dir: Path, port: int) -> str | None:
+    """The GCS address a `ray start --head` with this temp dir wrote to its
+    `ray_current_cluster` file: host:port as Ray advertises the head to other nodes (the node
+    IP it found: the address this machine routes off it from, loopback where nothing routes
+    off it). None where the file is missing or names another port. Given as 127.0.0.1:port,
+    as it was, a head's address told a node on another machine to dial its own loopback: it
+    joined only with `ray.node_ip_address` set."""
+    path = temp_dir / RAY_ADDRESS_FILE
+    try:
+        text = path.read_text().strip()
+        _, found_port = parse_address(text)
+    except (OSError, ValueError) as exc:
+        logger.warning("no GCS address in %s (%s): giving the head as 127.0.0.1", path, exc)
+        return None
+    if found_port != port:
+        logger.warning("%s names port %d, not ray.port %d: ignored", path, found_port, port)
+        return None
+    return text

@@ -1,6 +1,7 @@
-"""A real specd daemon in a subprocess on a loopback port, with its own state dir, Ray temp dir
-and Ray ports, for the tests. `close()` stops its Ray (through the API, then by session id as a
-backstop) and the daemon itself, so nothing outlives a failed test."""
+"""A real specd daemon in a subprocess on a port of its own (loopback unless told otherwise),
+with its own state dir, Ray temp dir and Ray ports, for the tests. `close()` stops its Ray
+(through the API, then by session id as a backstop) and the daemon itself, so nothing outlives
+a failed test."""
 
 import contextlib
 import os
@@ -22,9 +23,9 @@ STARTUP_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 150.0
 
 
-def _toml(state_dir: Path, token_file: Path, node_name: str, api_port: int) -> str:
+def _toml(state_dir: Path, token_file: Path, node_name: str, api_port: int, host: str) -> str:
     return f"""\
-host = "127.0.0.1"
+host = "{host}"
 port = {api_port}
 token_file = "{token_file}"
 node_name = "{node_name}"
@@ -40,17 +41,30 @@ object_store_memory_bytes = 100000000
 
 
 class SpecdProcess:
-    def __init__(self, token_file: Path, token: str, node_name: str) -> None:
+    def __init__(
+        self,
+        token_file: Path,
+        token: str,
+        node_name: str,
+        host: str = "127.0.0.1",
+        prefix: tuple[str, ...] = (),
+    ) -> None:
+        """host: the address specd binds (and the tests dial); prefix: the command it runs
+        under (`ip netns exec NAME`: in another network namespace)."""
         # short path: Ray's unix socket paths under the temp dir must stay below 107 bytes
         self.state_dir = Path(tempfile.mkdtemp(prefix="specd-t-", dir="/tmp"))
         self.port = free_port()
         self.config_file = self.state_dir / "specd.toml"
-        self.config_file.write_text(_toml(self.state_dir, token_file, node_name, self.port))
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.config_file.write_text(_toml(self.state_dir, token_file, node_name, self.port, host))
+        self.url = f"http://{host}:{self.port}"
         self.headers = {"Authorization": f"Bearer {token}"}
         self.log = (self.state_dir / "stdout.log").open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "daemon.specd.cli", "run", "--config", str(self.config_file)],
+            [
+                *prefix,
+                *(sys.executable, "-m", "daemon.specd.cli", "run", "--config"),
+                str(self.config_file),
+            ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
