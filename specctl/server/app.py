@@ -36,6 +36,7 @@ from specctl.server.openai_models import ChatCompletionRequest, CompletionReques
 from specctl.server.openai_responses import ErrorResponse, ModelCard, ModelList
 from specctl.server.serve_log import RequestLogger
 from specctl.server.snapshot import DEFAULT_INTERVAL_S, SnapshotListener, SnapshotRecorder
+from specctl.server.trailing_slash import TrailingSlashMiddleware
 
 logger = logging.getLogger("specctl.serve")
 
@@ -175,6 +176,7 @@ def create_app(loader: BackendLoader, options: AppOptions) -> FastAPI:
         max_bytes=options.max_body_bytes,
         read_timeout_s=options.body_read_timeout_s,
     )
+    app.add_middleware(TrailingSlashMiddleware)  # outermost: every layer sees the path served
     install_error_handlers(app)
     _add_routes(app, state)
     _document_errors(app)

@@ -170,6 +170,23 @@ def test_unknown_route_and_method(server: ServeProcess) -> None:
     assert _error(server.client.get("/v1/completions"), 405)["code"] == "method_not_allowed"
 
 
+def test_a_trailing_slash_is_the_same_route(server: ServeProcess) -> None:
+    """`/v1/completions/` is served as `/v1/completions` (Starlette answered a 307 with an
+    empty body), behind the same key; an unknown route stays a 404 with or without one."""
+    client = server.client
+    done = client.post("/v1/completions/", json=COMPLETION)
+    assert done.status_code == 200 and done.json()["object"] == "text_completion", done.text
+    chat = client.post("/v1/chat/completions/", json=CHAT_BODY)
+    assert chat.status_code == 200 and chat.json()["object"] == "chat.completion", chat.text
+    models = client.get("/v1/models/")
+    assert models.status_code == 200 and models.json()["data"][0]["id"] == MODEL
+    assert client.get(f"/v1/models/{MODEL}/").json()["id"] == MODEL
+    assert client.get("/health/").status_code == 200
+    keyless = httpx.post(f"{server.url}/v1/completions/", json=COMPLETION, timeout=30)
+    assert _error(keyless, 401)["code"] == "invalid_api_key"
+    assert _error(client.get("/v1/engines/"), 404)["code"] == "not_found"
+
+
 def test_prompt_longer_than_the_context(server: ServeProcess) -> None:
     body = {**COMPLETION, "prompt": LONG_TEXT}
     error = _error(server.client.post("/v1/completions", json=body), 400)
