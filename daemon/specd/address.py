@@ -3,6 +3,9 @@
 import ipaddress
 import re
 import socket
+import threading
+import time
+from typing import Any
 
 _DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*")
@@ -82,9 +85,52 @@ def _is_ipv4(host: str) -> bool:
 
 
 def is_reachable(host: str, port: int, timeout_s: float) -> bool:
-    """Whether a TCP connection to host:port opens within `timeout_s`."""
+    """Whether a TCP connection to host:port opens within `timeout_s`, the name's resolution
+    included. socket.create_connection's timeout covers the connection only: a name whose
+    name server does not answer took the resolver's own timeouts (5 s a try, two tries, per
+    server in resolv.conf), while the node's start lock was held."""
+    deadline = time.monotonic() + timeout_s
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except (OSError, UnicodeError):
+        addresses = _resolve(host, port, timeout_s)
+    except (OSError, UnicodeError, TimeoutError):
         return False
+    for family, kind, proto, _, address in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0.0:
+            return False
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(left)
+                sock.connect(address)
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _resolve(host: str, port: int, timeout_s: float) -> list[tuple[Any, ...]]:
+    """socket.getaddrinfo for a TCP connection, within `timeout_s` (TimeoutError past it).
+    An IP address needs no resolver; a name is resolved in a thread of its own, left to
+    finish on its own where it takes too long (getaddrinfo cannot be interrupted)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    result: list[list[tuple[Any, ...]] | BaseException] = []
+    done = threading.Event()
+
+    def resolve() -> None:
+        try:
+            result.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except BaseException as exc:  # handed to the caller
+            result.append(exc)
+        done.set()
+
+    threading.Thread(target=resolve, name=f"resolve {host}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TimeoutError(f"{host}: no answer from the resolver in {timeout_s:g} s")
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]

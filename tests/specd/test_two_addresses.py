@@ -6,9 +6,6 @@ own loopback and failed ("Ray head 127.0.0.1:port is unreachable").
 
 Needs root and `ip netns` (the test machine has both); skipped where either is missing."""
 
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,66 +13,28 @@ import pytest
 
 from daemon.specd.address import is_loopback, parse_address
 
+from .netns import Namespace, has_default_route, network_namespace
 from .specd_process import SpecdProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
-IP_TIMEOUT_S = 20
-SUBNET = f"10.213.{os.getpid() % 250}"  # a /24 per test process: two runs do not collide
-HOST_ADDRESS, NS_ADDRESS = f"{SUBNET}.1", f"{SUBNET}.2"
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["ip", *args], capture_output=True, text=True, timeout=IP_TIMEOUT_S, check=False
-    )
-
-
-def _must(*args: str) -> None:
-    result = _ip(*args)
-    assert result.returncode == 0, f"ip {' '.join(args)}: {result.stderr}"
-
 
 @pytest.fixture(scope="module")
-def netns() -> Iterator[str]:
-    """A network namespace with NS_ADDRESS, routed to this one (HOST_ADDRESS) by a veth pair,
-    its default route through it: Ray there finds NS_ADDRESS as its node IP, and reaches this
-    machine's addresses through the pair."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2's `ip` for a network namespace")
-    if not _ip("route", "show", "default").stdout.strip():
+def netns() -> Iterator[Namespace]:
+    if not has_default_route():
         pytest.skip("no default route here: Ray would advertise loopback on either side")
-    name = f"specctl-t{os.getpid()}"
-    outer, inner = f"sct{os.getpid() % 100000}a", f"sct{os.getpid() % 100000}b"
-    added = _ip("netns", "add", name)
-    if added.returncode != 0:
-        pytest.skip(f"cannot create a network namespace: {added.stderr.strip()}")
-    try:
-        _must("link", "add", outer, "type", "veth", "peer", "name", inner)
-        _must("link", "set", inner, "netns", name)
-        _must("addr", "add", f"{HOST_ADDRESS}/24", "dev", outer)
-        _must("link", "set", outer, "up")
-        for args in (
-            ("addr", "add", f"{NS_ADDRESS}/24", "dev", inner),
-            ("link", "set", inner, "up"),
-            ("link", "set", "lo", "up"),
-            ("route", "add", "default", "via", HOST_ADDRESS),
-        ):
-            _must("netns", "exec", name, "ip", *args)
-        yield name
-    finally:
-        _ip("link", "del", outer)  # takes its peer with it
-        _ip("netns", "del", name)
+    with network_namespace() as namespace:
+        yield namespace
 
 
 def test_a_worker_on_another_address_joins_the_address_the_head_gives(
-    netns: str, cluster_token: tuple[Path, str]
+    netns: Namespace, cluster_token: tuple[Path, str]
 ) -> None:
     token_file, token = cluster_token
     head = SpecdProcess(token_file, token, "here")
     try:
         worker = SpecdProcess(
-            token_file, token, "there", host=NS_ADDRESS, prefix=("ip", "netns", "exec", netns)
+            token_file, token, "there", host=netns.address, prefix=netns.exec_prefix()
         )
     except BaseException:
         head.close()
@@ -97,7 +56,7 @@ def test_a_worker_on_another_address_joins_the_address_the_head_gives(
         assert status["error"] is None, status["error"]
         alive = {n["labels"]["specd.io/node"]: n for n in status["nodes"] if n["alive"]}
         assert sorted(alive) == ["here", "there"]
-        assert alive["there"]["address"] == NS_ADDRESS  # the worker's node is the other side
+        assert alive["there"]["address"] == netns.address  # the worker's node is the other side
 
         for daemon in (worker, head):
             stopped = daemon.call("POST", "/v1/ray/stop")
