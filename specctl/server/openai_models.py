@@ -9,9 +9,17 @@ ignored (clients send newer fields all the time); the handlers log their names.
 vLLM extensions accepted: `top_k`, `ignore_eos`, `stop_token_ids`, `return_token_ids`.
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+)
 
 from daemon.runtime.sampling.params import (
     MAX_SEED,
@@ -26,6 +34,21 @@ MAX_TEMPERATURE = 100.0  # the engine's limit (OpenAI documents 0..2; vLLM takes
 MAX_STOP_TOKEN_IDS = 64
 
 
+def _json_number(value: Any) -> Any:
+    """A number as JSON sends one: true, false and strings are refused. Read leniently,
+    `"max_tokens": true` was 1 token and `"temperature": "0.7"` was 0.7; OpenAI refuses both.
+    A float with no fraction is still an integer (16.0: what some JSON encoders write)."""
+    if isinstance(value, bool | str):
+        raise ValueError(
+            f"must be a number, not {'a boolean' if isinstance(value, bool) else 'a string'}"
+        )
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_number)]
+JsonFloat = Annotated[float, BeforeValidator(_json_number)]
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
@@ -35,8 +58,8 @@ class _Body(BaseModel):
 
 
 class StreamOptions(_Body):
-    include_usage: bool = False
-    continuous_usage_stats: bool = False  # vLLM's; accepted, usage comes once at the end
+    include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False  # vLLM's; accepted, usage comes once at the end
 
 
 def _refuse_unless(ok: bool, message: str) -> None:
@@ -48,23 +71,23 @@ class _SamplingBody(_Body):
     """Fields shared by completions and chat completions."""
 
     model: str | None = None  # None: the one served model
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=MAX_TEMPERATURE)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1, le=MAX_TOP_K)  # -1 or 0: off (vLLM's)
-    seed: int | None = Field(default=None, ge=MIN_SEED, le=MAX_SEED)
+    max_tokens: JsonInt | None = Field(default=None, ge=1)
+    temperature: JsonFloat | None = Field(default=None, ge=0.0, le=MAX_TEMPERATURE)
+    top_p: JsonFloat | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: JsonInt | None = Field(default=None, ge=-1, le=MAX_TOP_K)  # -1 or 0: off (vLLM's)
+    seed: JsonInt | None = Field(default=None, ge=MIN_SEED, le=MAX_SEED)
     stop: str | list[str] | None = None
-    stream: bool | None = False
+    stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
-    n: int | None = 1
-    presence_penalty: float | None = 0.0
-    frequency_penalty: float | None = 0.0
+    n: JsonInt | None = 1
+    presence_penalty: JsonFloat | None = 0.0
+    frequency_penalty: JsonFloat | None = 0.0
     logit_bias: dict[str, float] | None = None
     user: str | None = None  # accepted and ignored
     metadata: dict[str, Any] | None = None  # accepted and ignored
-    ignore_eos: bool = False
+    ignore_eos: StrictBool = False
     stop_token_ids: list[StrictInt] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
-    return_token_ids: bool = False
+    return_token_ids: StrictBool = False
 
     @field_validator("n")
     @classmethod
@@ -151,15 +174,15 @@ class ResponseFormat(_Body):
 
 class ChatCompletionRequest(_SamplingBody):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    logprobs: bool | None = False
-    top_logprobs: int | None = None
+    max_completion_tokens: JsonInt | None = Field(default=None, ge=1)
+    logprobs: StrictBool | None = False
+    top_logprobs: JsonInt | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
     functions: list[Any] | None = None
     function_call: Any = None
     response_format: ResponseFormat | None = None
-    parallel_tool_calls: bool | None = None  # meaningless without tools; ignored
+    parallel_tool_calls: StrictBool | None = None  # meaningless without tools; ignored
 
     @field_validator("logprobs")
     @classmethod
@@ -204,11 +227,11 @@ Prompt = str | list[StrictInt] | list[str] | list[list[StrictInt]]
 
 class CompletionRequest(_SamplingBody):
     prompt: Prompt
-    max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's and vLLM's default
-    logprobs: int | None = None
-    echo: bool | None = False
+    max_tokens: JsonInt | None = Field(default=16, ge=1)  # OpenAI's and vLLM's default
+    logprobs: JsonInt | None = None
+    echo: StrictBool | None = False
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: JsonInt | None = None
 
     @field_validator("logprobs")
     @classmethod

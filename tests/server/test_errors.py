@@ -94,7 +94,28 @@ BAD_PARAMETERS = [
     ("/v1/chat/completions", {**CHAT_BODY, "response_format": {"type": "json_object"}},
      "response_format"),
     ("/v1/chat/completions", {**CHAT_BODY, "max_completion_tokens": -1}, "max_completion_tokens"),
+    # JSON types: read leniently, true was 1 token and "0.7" a temperature
+    ("/v1/completions", {**COMPLETION, "max_tokens": True}, "max_tokens"),
+    ("/v1/completions", {**COMPLETION, "max_tokens": "16"}, "max_tokens"),
+    ("/v1/completions", {**COMPLETION, "max_tokens": 4.5}, "max_tokens"),
+    ("/v1/completions", {**COMPLETION, "temperature": "0.7"}, "temperature"),
+    ("/v1/completions", {**COMPLETION, "top_p": True}, "top_p"),
+    ("/v1/completions", {**COMPLETION, "seed": False}, "seed"),
+    ("/v1/completions", {**COMPLETION, "stream": "false"}, "stream"),
+    ("/v1/completions", {**COMPLETION, "ignore_eos": 1}, "ignore_eos"),
+    ("/v1/completions", {**COMPLETION, "stream_options": {"include_usage": "yes"}},
+     "stream_options.include_usage"),
+    ("/v1/chat/completions", {**CHAT_BODY, "max_completion_tokens": "8"},
+     "max_completion_tokens"),
 ]  # fmt: skip
+
+
+def test_a_number_may_be_written_as_a_float_without_a_fraction(server: ServeProcess) -> None:
+    """16.0 is an integer as JSON goes (some encoders write every number so); an int is a
+    float."""
+    body = {**COMPLETION, "max_tokens": 3.0, "temperature": 0, "top_k": 1.0}
+    done = server.client.post("/v1/completions", json=body)
+    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] <= 3, done.text
 
 
 @pytest.mark.parametrize(("path", "body", "param"), BAD_PARAMETERS)
