@@ -171,7 +171,9 @@ class RayNode:
         self._run_ray_start(command, node)
         if request.role == "head" and not ray.node_ip_address:
             node.gcs_address = advertised_gcs_address(temp_dir, ray.port) or gcs_address
-        logger.info("ray started as %s of %s (session %d)", node.role, gcs_address, node.session_id)
+        logger.info(
+            "ray started as %s of %s (session %d)", node.role, node.gcs_address, node.session_id
+        )
         return node
 
     def _check_head(self, address: str) -> None:
