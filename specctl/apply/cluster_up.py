@@ -24,7 +24,7 @@ from specctl.cluster.ports import reserve
 from specctl.config.cluster import ClusterConfig
 from specctl.config.schema import NodeSpec
 from specctl.home import SpecctlHome
-from specctl.planner.gather import token_path
+from specctl.planner.gather import different_tokens, read_node_tokens
 
 SPECD_TIMEOUT_S = 180.0  # a specd's `ray start` may take a while on a slow machine
 SPECD_BUSY_WAIT_S = 120.0  # a stop waits this long for a specd busy with a start
@@ -60,19 +60,11 @@ def cluster_token(config: ClusterConfig, home: SpecctlHome) -> Path:
         if not path.exists():
             write_token(path, generate_token(), force=False)
         return path
-    tokens: dict[str, Path] = {}
-    for node in remote:
-        path = token_path(config, node)
-        try:
-            tokens[read_token(path)] = path
-        except TokenError as exc:
-            raise ClusterUpError(f"node {node.name}: {exc}") from None
-    if len(tokens) > 1:
-        raise ClusterUpError(
-            "the specd nodes' token files hold different tokens ("
-            + ", ".join(str(p) for p in tokens.values())
-            + "); one cluster has one token"
-        )
+    tokens, problems = read_node_tokens(config)
+    if problems:
+        raise ClusterUpError(problems[0])
+    if mixed := different_tokens(tokens):
+        raise ClusterUpError(mixed)
     return next(iter(tokens.values()))
 
 

@@ -17,6 +17,7 @@ from rich.text import Text
 from specctl.config import ConfigError, load_config
 from specctl.console import make_console
 from specctl.planner import Plan, ProbeMode, ShardPlan, gather_node_facts, make_plan
+from specctl.planner.gather import token_problems
 from specctl.planner.wording import size
 
 EXIT_FITS = 0
@@ -40,6 +41,9 @@ def run_plan(config_path: Path, as_json: bool, mode: ProbeMode, timeout_s: float
         raise typer.Exit(EXIT_INVALID) from None
     facts = gather_node_facts(config, mode=mode, timeout_s=timeout_s)
     plan = make_plan(config, facts)
+    # the token files `apply` reads, checked here too (read, never made): without a node
+    # to ask (declared hardware, --probe offline), a missing one showed only at apply
+    plan.warnings += [f"apply would refuse it: {line}" for line in token_problems(config)]
     if as_json:
         typer.echo(plan.model_dump_json(indent=2))
     else:

@@ -72,6 +72,42 @@ def token_path(config: ClusterConfig, node: NodeSpec) -> Path:
     return config.resolve_path(node.token_file or CLIENT_TOKEN_FILE)
 
 
+def read_node_tokens(config: ClusterConfig) -> tuple[dict[str, Path], list[str]]:
+    """The specd nodes' token files, each read once, here, without asking anyone: token ->
+    the first file holding it, and one line per file that cannot be used, naming its nodes
+    ("nodes A, B: why": missing, open to others, malformed)."""
+    users: dict[Path, list[str]] = {}
+    for node in config.nodes:
+        if not node.is_local:
+            users.setdefault(token_path(config, node), []).append(node.name)
+    tokens: dict[str, Path] = {}
+    problems: list[str] = []
+    for path, names in users.items():
+        try:
+            tokens.setdefault(read_token(path), path)
+        except TokenError as exc:
+            who = f"node {names[0]}" if len(names) == 1 else f"nodes {', '.join(names)}"
+            problems.append(f"{who}: {exc}")
+    return tokens, problems
+
+
+def different_tokens(tokens: dict[str, Path]) -> str | None:
+    """What is wrong where the specd nodes' files hold more than one token, or None."""
+    if len(tokens) < 2:
+        return None
+    files = ", ".join(str(p) for p in tokens.values())
+    return (
+        f"the specd nodes' token files hold different tokens ({files}); one cluster has one token"
+    )
+
+
+def token_problems(config: ClusterConfig) -> list[str]:
+    """Everything `apply` would refuse about the cluster's token files ([]: nothing)."""
+    tokens, problems = read_node_tokens(config)
+    mixed = different_tokens(tokens)
+    return problems + ([mixed] if mixed else [])
+
+
 def fetch_inventory(config: ClusterConfig, node: NodeSpec, timeout_s: float) -> dict[str, Any]:
     """GET /v1/inventory from the node's specd with the cluster token."""
     return fetch_inventory_at(str(node.specd), token_path(config, node), timeout_s)

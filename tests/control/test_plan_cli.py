@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from daemon.cluster_token import generate_token, write_token
+
 from .cluster_files import REPO_ROOT, SPARK_5090, replace_line, write_cluster
 
 
@@ -92,3 +94,36 @@ def test_contradictory_flags_and_missing_file() -> None:
     result = _specctl("plan", "nowhere.toml")
     assert result.returncode == 2
     assert result.stderr == "specctl: error: nowhere.toml: file not found\n"
+
+
+def test_plan_warns_of_the_token_files_apply_would_refuse(tmp_path: Path) -> None:
+    """The specd nodes' token files are read by `plan` too (hardware declared: no node is
+    asked, so nothing else would read them): a missing file, or files holding different
+    tokens, is a warning naming the nodes and files; the plan itself still fits."""
+    text = replace_line(
+        SPARK_5090,
+        'specd = "spark.local:7601"',
+        'specd = "spark.local:7601"\ntoken_file = "a.token"',
+    )
+    text = replace_line(
+        text, 'specd = "desktop.local:7601"', 'specd = "desktop.local:7601"\ntoken_file = "b.token"'
+    )
+    path, _ = write_cluster(tmp_path, text)
+    write_token(tmp_path / "a.token", generate_token(), force=False)
+
+    missing = _specctl("plan", str(path), "--json")
+    assert missing.returncode == 0, missing.stderr
+    warnings = json.loads(missing.stdout)["warnings"]
+    assert f"node rtx5090: {tmp_path}/b.token: token file not found" in " ".join(warnings)
+    assert "apply would refuse it: node rtx5090" in " ".join(warnings)
+
+    write_token(tmp_path / "b.token", generate_token(), force=False)
+    mixed = _specctl("plan", str(path))
+    assert mixed.returncode == 0, mixed.stderr
+    out = " ".join(mixed.stdout.split())
+    assert "Warnings" in out and "hold different tokens" in out and "b.token" in out
+
+    (tmp_path / "b.token").unlink()
+    write_token(tmp_path / "b.token", (tmp_path / "a.token").read_text().strip(), force=False)
+    same = _specctl("plan", str(path), "--json")
+    assert not [w for w in json.loads(same.stdout)["warnings"] if "token" in w]
