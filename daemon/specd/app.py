@@ -19,6 +19,7 @@ from daemon.specd.api_models import (
     RayStopResponse,
 )
 from daemon.specd.auth import BearerAuthMiddleware
+from daemon.specd.body_limit import BodyLimitMiddleware
 from daemon.specd.config import SpecdConfig
 from daemon.specd.inventory import Inventory
 from daemon.specd.log_tail import tail_lines
@@ -26,6 +27,10 @@ from daemon.specd.ray_node import RayNode, RayNodeError
 from daemon.specd.ray_status import query_status
 
 logger = logging.getLogger(__name__)
+
+# A start's body is a role, an address and a few labels: a few hundred bytes
+MAX_BODY_BYTES = 2**20
+BODY_READ_TIMEOUT_S = 30.0
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody},
@@ -56,6 +61,10 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=exc.status_code, content=body.model_dump(), headers=exc.headers)
 
 
+def _refuse_body(status: int, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content=ErrorBody(error=message).model_dump())
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     """Anything else (an OSError on the state directory): JSON like every other answer, the
     traceback in specd's log only (it was a plain-text 500)."""
@@ -80,6 +89,12 @@ def create_app(
 ) -> FastAPI:
     app = FastAPI(title="specd", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(BearerAuthMiddleware, token=token)
+    app.add_middleware(  # outside the token check, as `specctl serve`'s is outside its key's
+        BodyLimitMiddleware,
+        refuse=_refuse_body,
+        max_bytes=MAX_BODY_BYTES,
+        read_timeout_s=BODY_READ_TIMEOUT_S,
+    )
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RayNodeError, _ray_node_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -8,7 +8,7 @@ a few thousand such sockets shut the endpoint. Here a connection is closed when 
 headers are not complete within `timeout_s` of the moment the server starts waiting for them:
 when the connection opens, and when the first byte of a later request on it arrives. A
 request being answered, however slowly, is never cut (the endpoint bounds a body's arrival
-apart: specctl/server/body_limit.py). `specctl serve` and specd both run it.
+apart: body_limit.py). `specctl serve` and specd both run it.
 """
 
 import asyncio

@@ -20,13 +20,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import Request as HttpRequest
 
 from daemon.runtime.errors import SpecError
-from specctl.server.auth import ApiKeyMiddleware
-from specctl.server.backend import EngineBackend
-from specctl.server.body_limit import (
+from daemon.specd.body_limit import (
     DEFAULT_BODY_READ_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     BodyLimitMiddleware,
 )
+from specctl.server.auth import ApiKeyMiddleware
+from specctl.server.backend import EngineBackend
 from specctl.server.errors import OpenAIError, install_error_handlers
 from specctl.server.frontend import DEFAULT_IDLE_TIMEOUT_S, Frontend, ServingObserver
 from specctl.server.handlers import create_chat_completion, create_completion
@@ -173,6 +173,7 @@ def create_app(loader: BackendLoader, options: AppOptions) -> FastAPI:
         app.add_middleware(ApiKeyMiddleware, api_key=options.api_key)
     app.add_middleware(  # outside the key's: a body is bounded before it is even looked at
         BodyLimitMiddleware,
+        refuse=_refuse_body,
         max_bytes=options.max_body_bytes,
         read_timeout_s=options.body_read_timeout_s,
     )
@@ -181,6 +182,11 @@ def create_app(loader: BackendLoader, options: AppOptions) -> FastAPI:
     _add_routes(app, state)
     _document_errors(app)
     return app
+
+
+def _refuse_body(status: int, message: str) -> Response:
+    """A body refused before the app runs (too large, by its Content-Length), OpenAI's way."""
+    return OpenAIError(status, message, code="request_too_large").response()
 
 
 def _document_errors(app: FastAPI) -> None:

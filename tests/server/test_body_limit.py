@@ -11,11 +11,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from daemon.specd.body_limit import BodyLimitMiddleware
 from specctl.server.app import AppOptions, create_app
 from specctl.server.backend import EngineBackend
-from specctl.server.body_limit import BodyLimitMiddleware
 from tests.ports import free_port
 
 MAX_BYTES = 1000
@@ -130,7 +131,11 @@ async def _waits_past_the_timeout(scope: Scope, receive: Receive, send: Send) ->
 
 
 def test_after_the_body_receive_waits_as_long_as_the_app_likes() -> None:
-    server = _Served(BodyLimitMiddleware(_waits_past_the_timeout, MAX_BYTES, READ_TIMEOUT_S))
+    def refuse(status: int, message: str) -> Response:
+        return PlainTextResponse(message, status_code=status)
+
+    app = BodyLimitMiddleware(_waits_past_the_timeout, refuse, MAX_BYTES, READ_TIMEOUT_S)
+    server = _Served(app)
     try:
         response = httpx.post(server.url, content=b"z" * 10, timeout=10.0)
     finally:

@@ -1,8 +1,12 @@
 """The specd API over real HTTP: authentication on every route but /health, and clear 4xx
 errors naming the field for bad requests."""
 
+from collections.abc import Iterator
+
 import httpx
 import pytest
+
+from daemon.specd.app import MAX_BODY_BYTES
 
 from .specd_process import SpecdProcess, free_port
 
@@ -105,6 +109,27 @@ def test_malformed_json_is_a_422(specd_single: SpecdProcess) -> None:
         "POST", "/v1/ray/start", content=b'{"role": ', headers={"content-type": "application/json"}
     )
     assert response.status_code == 422 and "json" in response.json()["error"].lower()
+
+
+def test_a_body_past_the_limit_is_a_413_before_and_while_it_is_read(
+    specd_single: SpecdProcess,
+) -> None:
+    """specd bounds a body as `specctl serve` does (it read any size, for as long as it took):
+    announced too large, refused before a byte is read; sent in chunks with no length,
+    refused once the bytes read pass the limit. Either way its JSON error, nothing started."""
+    too_large = b'{"role": "head", "labels": {"x": "' + b"y" * MAX_BODY_BYTES + b'"}}'
+    announced = specd_single.call("POST", "/v1/ray/start", content=too_large)
+    assert announced.status_code == 413, announced.text
+    assert f"at most {MAX_BODY_BYTES} bytes" in announced.json()["error"]
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(too_large), 65536):
+            yield too_large[start : start + 65536]
+
+    chunked = specd_single.call("POST", "/v1/ray/start", content=chunks())
+    assert chunked.status_code == 413, chunked.text
+    assert "bytes or more" in chunked.json()["error"]
+    assert specd_single.call("GET", "/v1/ray/status").json()["running"] is False
 
 
 def test_unreachable_head_is_a_400_naming_address(specd_single: SpecdProcess) -> None:
