@@ -4,12 +4,14 @@ tokens while other sequences decode, and the outputs are those of whole-prompt p
 from pathlib import Path
 
 import pytest
+import torch
 
 from daemon.runtime.engine.config import EngineConfig
 from daemon.runtime.engine.engine import SpecEngine
 from daemon.runtime.engine.request import Request, RequestOutput
 from daemon.runtime.engine.stop import FINISH_ABORT, FINISH_ERROR
 from daemon.runtime.errors import RequestError
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.sampling.params import SamplingParams
 from tests.engine.conftest import MAX_TOKENS
 from tests.engine.helpers import make_engine
@@ -87,10 +89,12 @@ def test_seeded_sampling_is_the_same_chunked_or_whole(
 
 
 def _long_prompt_behind_a_decoding_one(
-    target_dir: Path, draft_dir: Path, prompts: list[list[int]]
+    target_dir: Path, draft_dir: Path, prompts: list[list[int]], backend: str = "auto"
 ) -> SpecEngine:
     """An engine with request "a" decoding and request "b" (40 tokens, 4 a step) part-prefilled."""
-    engine = make_engine(target_dir, draft_dir, k=2, batch=2, prefill_chunk_tokens=4)
+    engine = make_engine(
+        target_dir, draft_dir, k=2, batch=2, backend=backend, prefill_chunk_tokens=4
+    )
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     engine.add_request(Request("a", prompts[0], params))
     engine.step()
@@ -100,6 +104,33 @@ def _long_prompt_behind_a_decoding_one(
     assert [s.num_prefilled for s in engine._prefilling] == [4]
     assert engine.num_running == 2
     return engine
+
+
+@pytest.mark.parametrize("backend", ["lean", "hf"])
+def test_a_prefill_pass_that_completes_no_prompt_asks_for_no_logits(
+    target_dir: Path, draft_dir: Path, prompts, reference, backend: str
+) -> None:
+    """Pieces of a prompt that leave it unfinished only fill the cache: the LM head runs for
+    the piece that completes it (whose last row samples the first token), for no other."""
+    engine = _long_prompt_behind_a_decoding_one(target_dir, draft_dir, prompts, backend)
+    modes: list[LogitsMode] = []
+    forward = engine.target.forward
+
+    def recording(batch: ForwardBatch) -> torch.Tensor | None:
+        logits = forward(batch)
+        if batch.is_prefill:
+            modes.append(batch.logits_mode)
+            assert (logits is None) == (batch.logits_mode is LogitsMode.NONE)
+        return logits
+
+    engine.target.forward = recording  # type: ignore[method-assign]
+    done: dict[str, list[int]] = {}
+    while engine.has_unfinished():
+        done.update((o.request_id, o.token_ids) for o in engine.step().finished)
+    long_index = next(i for i, p in enumerate(prompts) if len(p) == 40)
+    assert done == {"a": reference[0], "b": reference[long_index]}
+    assert len(modes) >= 3  # pieces of 4 while "a" decodes (then the rest whole, if any)
+    assert modes[-1] is LogitsMode.LAST and set(modes[:-1]) == {LogitsMode.NONE}
 
 
 def test_abort_while_prefilling_frees_the_slot(

@@ -47,7 +47,8 @@ def plan_chunks(seqs: list[Sequence], budget: int | None) -> list[Chunk]:
 
 def prefill(target: CausalLM, chunks: list[Chunk], max_tokens_per_pass: int | None) -> None:
     """Put each chunk of prompt in the target's cache; a sequence whose prompt is then all in
-    commits its first output token (sampled from the last position's logits).
+    commits its first output token (sampled from the last position's logits; a pass that
+    completes no prompt asks for none).
 
     Chunks from position 0 go in groups of similar length (sorted), so that padding wastes
     little compute, `max_tokens_per_pass` padded tokens at most (None: the device's default):
@@ -68,19 +69,21 @@ def prefill(target: CausalLM, chunks: list[Chunk], max_tokens_per_pass: int | No
 
 
 def _prefill_group(target: CausalLM, chunks: list[Chunk]) -> None:
+    done = [b for b, c in enumerate(chunks) if c.completes]
     batch = ForwardBatch(
         slots=[c.seq.slot for c in chunks],
         token_ids=[
             list(c.seq.request.prompt_token_ids[c.start : c.start + c.num_tokens]) for c in chunks
         ],
         start_positions=[c.start for c in chunks],
-        logits_mode=LogitsMode.LAST,
+        # a group that completes no prompt samples nothing: no LM head (at a vocabulary of
+        # 152k and width 4096, 1.2 GFLOP per row, each piece of a long prompt paid it)
+        logits_mode=LogitsMode.LAST if done else LogitsMode.NONE,
         is_prefill=True,
     )
-    logits = target.forward(batch)  # [B, V]
-    assert logits is not None
-    done = [b for b, c in enumerate(chunks) if c.completes]
+    logits = target.forward(batch)  # [B, V] or None
     if done:
+        assert logits is not None
         seqs = [chunks[b].seq for b in done]
         rows = logits if len(done) == len(chunks) else logits[done]  # [D, V]
         for seq, token in zip(seqs, sample_tokens(seqs, rows), strict=True):
