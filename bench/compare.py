@@ -43,7 +43,7 @@ class BenchConfig:
     num_prompts: int = 8
     max_tokens: int = 64
     k: int = 4  # the peers' k, and the fixed k of the analytic bound
-    sweep_ks: list[int] = field(default_factory=lambda: [2, 4, 6])  # fixed k runs beside adaptive
+    sweep_ks: list[int] = field(default_factory=lambda: [1, 2, 4, 6])  # fixed k beside adaptive
     concurrencies: list[int] = field(default_factory=lambda: [1, 4, 16, 32])
     dtype: str = "float32"
     peers: bool = True

@@ -164,7 +164,8 @@ def serve_command(
     prefill_chunk_tokens: int | None = typer.Option(
         None,
         "--prefill-chunk-tokens",
-        help="Prompt tokens prefilled per step while others decode (default: whole prompts).",
+        help="Prompt tokens prefilled per step while others decode, by the target and then "
+        "the draft (default: whole prompts).",
     ),
     max_waiting: int = typer.Option(
         256, "--max-waiting", help="Queued requests beyond the batch before 429s."
@@ -263,7 +264,7 @@ def bench_command(
         4, "--num-speculative-tokens", "-k", help="The peers' k and the analytic bound's."
     ),
     sweep: str = typer.Option(
-        "2,4,6", "--ks", help="Fixed k values run beside adaptive (its ceiling: the largest)."
+        "1,2,4,6", "--ks", help="Fixed k values run beside adaptive (its ceiling: the largest)."
     ),
     shape: str = typer.Option(
         "both",

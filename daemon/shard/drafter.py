@@ -51,6 +51,7 @@ class DrafterShard:
                     sparse_top_k=spec.sparse_top_k,
                     sparse_mass=spec.sparse_mass,
                     sparse_max_listed=spec.sparse_max_listed,
+                    prefill_chunk_tokens=spec.prefill_chunk_tokens,
                     tp=tp,
                 ),
                 progress,

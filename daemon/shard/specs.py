@@ -69,6 +69,8 @@ class DrafterSpec:
     sparse_mass: float = 1.0  # ...and no more than cover this much of its mass
     # a row's list widens up to this when tail drafts are rejected (None: never)
     sparse_max_listed: int | None = None
+    # prompt tokens a round feeds the draft while others draft (the verifier's chunk size)
+    prefill_chunk_tokens: int | None = None
 
 
 @dataclass(slots=True)

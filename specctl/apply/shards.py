@@ -110,6 +110,7 @@ def _drafter(
         sparse_top_k=speculation.proposal_tokens,
         sparse_mass=speculation.proposal_mass,
         sparse_max_listed=speculation.proposal_max_tokens,
+        prefill_chunk_tokens=config.server.prefill_chunk_tokens,
     )
     fingerprint = _fingerprint({"node": drafter.node, **asdict(spec)})
     return DesiredShard(

@@ -253,7 +253,8 @@ class ServerSpec(_Section):
         description=(
             "prompt tokens prefilled per step while other requests decode, the rest of a "
             "prompt in the steps after (a long prompt then holds streams up by a chunk's time, "
-            "not its whole prefill's); default: whole prompts at once"
+            "not its whole prefill's), by the verifier and then the drafter; default: whole "
+            "prompts at once"
         ),
     )  # fmt: skip
 

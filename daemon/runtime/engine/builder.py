@@ -83,6 +83,7 @@ def build_engine(spec: EngineSpec, progress: BuildProgress | None = None) -> Bui
             sparse_mass=config.draft_sparse_mass,
             max_listed=config.draft_sparse_max_listed,
             max_prefill_tokens=config.max_prefill_tokens,
+            prefill_chunk_tokens=config.prefill_chunk_tokens,
         )
     elif spec.ngram:
         proposer = NgramProposer()

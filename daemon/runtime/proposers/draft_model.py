@@ -47,6 +47,7 @@ class DraftModelProposer:
         sparse_top_k: int = 32,
         max_prefill_tokens: int | None = None,
         *,
+        prefill_chunk_tokens: int | None = None,
         sparse_mass: float = 1.0,
         max_listed: int | None = None,
         tail_prior: float = 1.0,
@@ -61,10 +62,15 @@ class DraftModelProposer:
         at the first `prepare`. Off, in-process drafting does no work it never uses.
         max_listed: the tokens a sampled draft's list may widen to while the verifier rejects
         the sequence's tail drafts (None: sparse_top_k, no widening); tail_prior: the acceptance of
-        tail drafts each sequence starts out believing (1: its lists start short)."""
+        tail drafts each sequence starts out believing (1: its lists start short).
+        prefill_chunk_tokens: prompt tokens a round feeds the draft while others draft (the
+        engine's chunk size; None: a prompt goes in whole at its first drafts)."""
+        if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
+            raise RequestError(f"prefill_chunk_tokens must be >= 1, got {prefill_chunk_tokens}")
         self.model = model
         # padded tokens per prefill pass
         self.max_prefill_tokens = prefill_budget(max_prefill_tokens, model.device)
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         # Runners without fork rows (the transformers fallback) prepare the main branch only.
         self._forking = cast(ForkingCausalLM, model) if supports_forks(model) else None
         self.planner = BranchPlanner(
@@ -90,6 +96,7 @@ class DraftModelProposer:
         self._plans: dict[int, SequencePlan] = {}  # the last prepare's, until adopted
         self._bases: dict[int, int] = {}  # committed tokens before the outstanding drafts
         self._unfed: set[int] = set()  # admitted, prefilled at their first drafts (admit)
+        self._num_fed: dict[int, int] = {}  # of those, tokens fed so far (chunked feeding)
 
     # -- sequences ------------------------------------------------------------------------
     def admit(self, slots: list[int], prompts: list[list[int]]) -> None:
@@ -111,7 +118,11 @@ class DraftModelProposer:
 
     def _feed_new(self, request: ProposeRequest) -> None:
         """Prefill the committed tokens of the admitted sequences this round first drafts for
-        (with room in the draft's context to draft)."""
+        (with room in the draft's context to draft). With `prefill_chunk_tokens` set and other
+        sequences in the round, at most that many tokens in all, first come first served: a
+        long prompt went in whole and every other sequence's round waited for it (the target's
+        prefill is chunked for the same reason). A sequence still being fed drafts nothing
+        until it is all in; the verifier decodes it meanwhile."""
         room = self.model.max_model_len
         new = [
             b
@@ -119,18 +130,49 @@ class DraftModelProposer:
             if slot in self._unfed
             and min(request.num_to_draft[b], room - len(request.token_ids[b])) > 0
         ]
-        tokens = [request.token_ids[b] for b in new]
-        for group in group_by_length([len(t) for t in tokens], self.max_prefill_tokens):
-            self._prefill([request.slots[new[i]] for i in group], [tokens[i] for i in group])
+        if not new:
+            return
+        left = self.prefill_chunk_tokens if len(new) < len(request.slots) else None
+        fresh: list[tuple[int, list[int], bool]] = []  # (slot, tokens from 0, completes)
+        continued: list[tuple[int, int, list[int], bool]] = []  # (slot, start, tokens, ..)
+        for b in new:
+            slot, committed = request.slots[b], request.token_ids[b]
+            start = self._num_fed.get(slot, 0)
+            end = len(committed)
+            if left is not None:
+                if left <= 0:
+                    break
+                end = min(end, start + left)
+                left -= end - start
+            completes = end == len(committed)
+            if start == 0:
+                fresh.append((slot, committed[:end], completes))
+            else:
+                continued.append((slot, start, committed[start:end], completes))
+        budget = self.max_prefill_tokens
+        for group in group_by_length([len(f[1]) for f in fresh], budget):
+            self._prefill([(fresh[i][0], 0, fresh[i][1], fresh[i][2]) for i in group])
+        for slot, start, tokens, completes in continued:  # alone, as the target's (prefill.py)
+            for i in range(0, len(tokens), budget):
+                last = i + budget >= len(tokens)
+                self._prefill([(slot, start + i, tokens[i : i + budget], completes and last)])
 
-    def _prefill(self, slots: list[int], prompts: list[list[int]]) -> None:
-        batch = ForwardBatch(slots, prompts, [0] * len(slots), LogitsMode.NONE)
-        self.model.forward(batch)
-        for slot, prompt in zip(slots, prompts, strict=True):
+    def _prefill(self, pieces: list[tuple[int, int, list[int], bool]]) -> None:
+        """Feed each (slot, start, tokens, completes) piece in one pass; a slot whose piece
+        completes what it was admitted for is ready to draft."""
+        slots = [p[0] for p in pieces]
+        self.model.forward(
+            ForwardBatch(slots, [p[2] for p in pieces], [p[1] for p in pieces], LogitsMode.NONE)
+        )
+        for slot, start, tokens, completes in pieces:
+            num_fed = start + len(tokens)
+            if not completes:
+                self._num_fed[slot] = num_fed
+                continue
             self._forget(slot)
-            self._states[slot] = SlotState(num_committed=len(prompt))
+            self._states[slot] = SlotState(num_committed=num_fed)
             self._outstanding[slot] = DraftRecord()  # no proposal yet: m = 0
-            self._bases[slot] = len(prompt)
+            self._bases[slot] = num_fed
             self._tails[slot] = TailVerdicts(self.tail_prior)
 
     def release(self, slot: int) -> None:
@@ -139,6 +181,7 @@ class DraftModelProposer:
 
     def _forget(self, slot: int) -> None:
         self._unfed.discard(slot)
+        self._num_fed.pop(slot, None)
         self._states.pop(slot, None)
         self._outstanding.pop(slot, None)
         self._plans.pop(slot, None)
@@ -160,7 +203,7 @@ class DraftModelProposer:
             self._bases[slot] = len(request.token_ids[b])
             tokens = request.token_ids[b]
             k = min(request.num_to_draft[b], self.model.max_model_len - len(tokens))
-            if k > 0:
+            if k > 0 and slot not in self._unfed:  # unfed: its prompt goes in over rounds
                 row = self._activate(request, b, [], k)
                 row.record = records[b]
                 rows.append(row)

@@ -32,6 +32,8 @@ class DraftServerSpec:
     sparse_mass: float = 1.0  # ...listing no more than it takes to cover this much mass
     sparse_max_listed: int | None = None  # ...widening up to this (None: no widening)
     max_prefill_tokens: int | None = None  # None: the device's default (prefill_budget)
+    # prompt tokens a round feeds while others draft (None: a prompt in whole at first drafts)
+    prefill_chunk_tokens: int | None = None
     branch_width: int = DEFAULT_BRANCH_WIDTH  # guesses considered per position
     max_branches: int = DEFAULT_MAX_BRANCHES  # rows per sequence when preparing
     max_branch_k: int = DEFAULT_MAX_BRANCH_K  # drafts per prepared branch, at most
@@ -73,6 +75,7 @@ def build_draft_proposer(
         sparse_mass=spec.sparse_mass,
         max_listed=max_listed,
         max_prefill_tokens=spec.max_prefill_tokens,
+        prefill_chunk_tokens=spec.prefill_chunk_tokens,
         branch_width=spec.branch_width,
         max_branches=spec.max_branches,
         max_branch_k=spec.max_branch_k,
