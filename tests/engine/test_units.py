@@ -85,6 +85,24 @@ def test_stop_string_completed_by_newest_token_only() -> None:
     assert truncate_at_stop("abc", ("x",)) == "abc"
 
 
+def _bytes(ids: list[int]) -> str:
+    """A byte-level tokenizer's decoding: a character split over tokens is U+FFFD until whole."""
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("stop", ["é", "café", "😀", "a😀", "。"])
+def test_a_stop_string_ending_in_a_character_split_over_tokens_is_found(stop: str) -> None:
+    """Its last character's bytes come in several tokens: the stop was looked for from one
+    character too late and never found (the request ran to max_tokens)."""
+    output = list("x café 😀 a😀 。 y".encode())
+    params = SamplingParams(stop=(stop,), max_tokens=100)
+    checker = StopChecker(params, frozenset(), max_total_len=1000, detokenize=_bytes)
+    prompt = list(b"p")
+    ends = [n for n in range(1, len(output) + 1) if checker.check([*prompt, *output[:n]], 1)]
+    text = bytes(output).decode()
+    assert ends and _bytes(output[: ends[0]]) == text[: text.index(stop) + len(stop)]
+
+
 def test_a_stop_string_longer_than_the_window_is_found() -> None:
     """A stop string of 40 one-character tokens: looked for in the last 32 tokens only, it was
     never found, and the request ran to max_tokens."""

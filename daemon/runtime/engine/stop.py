@@ -19,6 +19,7 @@ FINISH_ERROR = "error"  # the engine failed; the request ended without a result
 # ran to max_tokens, its text cut at the stop.
 STOP_STRING_WINDOW_TOKENS = 32
 STOP_WINDOW_SLACK = 8
+REPLACEMENT = "\ufffd"  # what a decoder makes of the bytes of a character not yet complete
 
 
 @dataclass(slots=True)
@@ -62,7 +63,11 @@ class StopChecker:
         """Whether a stop string ends inside the text of the window's last token."""
         assert self.detokenize is not None
         window = self.detokenize(window_ids)
-        prev_len = len(self.detokenize(window_ids[:-1]))
+        # A character split over tokens decodes to U+FFFD until its last byte comes: the
+        # text before the newest token is measured without it, or a stop string ending in
+        # that character (Chinese punctuation, an emoji) was looked for one place too late
+        # and never found.
+        prev_len = len(self.detokenize(window_ids[:-1]).rstrip(REPLACEMENT))
         # Only a match that the newest token completed counts (older ones were checked).
         return any(
             window.find(stop, max(0, prev_len - len(stop) + 1)) != -1 for stop in self.params.stop
