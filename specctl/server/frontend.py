@@ -18,7 +18,7 @@ from typing import Protocol
 
 from daemon.runtime.engine.loop import LoopOutput
 from daemon.runtime.engine.request import Request, RequestDelta
-from daemon.runtime.errors import EngineStoppedError
+from daemon.runtime.errors import EngineOverloadedError, EngineStoppedError
 from specctl.server.backend import EngineBackend
 
 logger = logging.getLogger("specctl.serve")
@@ -84,7 +84,11 @@ class RequestGroup:
         than the timeout while the engine works: given up as stuck, it got a 500."""
         while self.num_open:
             try:
-                index, delta = await asyncio.wait_for(self.queue.get(), idle_timeout_s)
+                # not asyncio.wait_for: on Python 3.11 it returns the item when a cancel comes
+                # as the item does, and the cancel is lost (a client gone mid-stream left its
+                # task running to the abort, whose error nobody read)
+                async with asyncio.timeout(idle_timeout_s):
+                    index, delta = await self.queue.get()
             except TimeoutError:
                 if last_output is not None and time.monotonic() - last_output() < idle_timeout_s:
                     continue  # waiting its turn: the engine is busy with others
@@ -113,6 +117,7 @@ class Frontend:
         self.idle_timeout_s = idle_timeout_s
         self._observers = observers
         self._members: dict[str, _Member] = {}
+        self._reserved = 0  # places held for groups being submitted, not yet members
         self._pool = ThreadPoolExecutor(NUM_BACKEND_THREADS, thread_name_prefix="backend-call")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.is_stopping = False
@@ -148,30 +153,58 @@ class Frontend:
     async def submit(self, requests: list[Request]) -> RequestGroup:
         """Queue every request of one HTTP request; if one is refused, the ones already queued
         are aborted and the backend's error (RequestError, EngineOverloadedError,
-        EngineStoppedError) is raised."""
+        EngineStoppedError) is raised.
+
+        All or none: where the backend's capacity is known, a group that would not fit beside
+        what is in flight and being submitted is refused before any of it is queued. Groups
+        submitted at once took places in turns until each met a full engine: every one of
+        them got a 429, and the work queued for them was thrown away."""
+        self._check_room(len(requests))
+        self._reserved += len(requests)
         loop = asyncio.get_running_loop()
         group = RequestGroup([r.request_id for r in requests])
         now = time.monotonic()
-        for index, request in enumerate(requests):
-            # registered first: its first delta may arrive before submit returns
-            self._members[request.request_id] = _Member(
-                group, index, RequestTiming(request.request_id, now)
-            )
-            try:
-                await asyncio.wait_for(
-                    loop.run_in_executor(self._pool, self.backend.submit, request),
-                    CALL_TIMEOUT_S,
+        registered = 0
+        try:
+            for index, request in enumerate(requests):
+                # registered first: its first delta may arrive before submit returns
+                self._members[request.request_id] = _Member(
+                    group, index, RequestTiming(request.request_id, now)
                 )
-            except TimeoutError:
-                self._forget_after_failure(group, request, index)
-                self._pool.submit(self.backend.abort, request.request_id)  # if it lands later
-                raise EngineStoppedError(
-                    f"the engine did not take the request within {CALL_TIMEOUT_S:.0f} s"
-                ) from None
-            except BaseException:
-                self._forget_after_failure(group, request, index)
-                raise
+                registered += 1
+                self._reserved -= 1
+                try:
+                    async with asyncio.timeout(CALL_TIMEOUT_S):
+                        await loop.run_in_executor(self._pool, self.backend.submit, request)
+                except TimeoutError:
+                    self._forget_after_failure(group, request, index)
+                    self._abort_if_it_lands(request)
+                    raise EngineStoppedError(
+                        f"the engine did not take the request within {CALL_TIMEOUT_S:.0f} s"
+                    ) from None
+                except asyncio.CancelledError:  # the client went away while the call ran
+                    self._forget_after_failure(group, request, index)
+                    self._abort_if_it_lands(request)
+                    raise
+                except BaseException:
+                    self._forget_after_failure(group, request, index)
+                    raise
+        finally:
+            self._reserved -= len(requests) - registered
         return group
+
+    def _abort_if_it_lands(self, request: Request) -> None:
+        """A submit given up on may still be taken: abort it after (a no-op if it was not)."""
+        self._pool.submit(self.backend.abort, request.request_id).add_done_callback(_log_failure)
+
+    def _check_room(self, num_requests: int) -> None:
+        limit = self.backend.model.max_requests
+        held = len(self._members) + self._reserved
+        if limit is not None and held + num_requests > limit:
+            raise EngineOverloadedError(
+                f"{held} requests are in flight and this one brings {num_requests} "
+                f"(at most {limit} at once); retry later"
+            )
 
     def _forget_after_failure(self, group: RequestGroup, request: Request, index: int) -> None:
         """`request` was not taken: drop it, and abort the group's requests queued before it."""

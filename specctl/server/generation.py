@@ -140,6 +140,7 @@ class Generation:
             gone.cancel()
             if not drain.done():
                 drain.cancel()
+                drain.add_done_callback(_retrieve)  # should it end by an error after all
                 self.abort()
         if not drain.done() or drain.cancelled():
             raise ClientGone()
@@ -149,6 +150,12 @@ class Generation:
     async def _drain(self) -> None:
         async for _ in self.deltas():
             pass
+
+
+def _retrieve(task: "asyncio.Future[None]") -> None:
+    """Read a given-up task's outcome: unread, asyncio logs it as an error with a traceback."""
+    if not task.cancelled():
+        task.exception()
 
 
 class ClientGone(Exception):
