@@ -59,7 +59,8 @@ class BodyLimitMiddleware:
             if deadline is None:
                 deadline = now + self.read_timeout_s
             try:  # a timeout per chunk let a byte every 29 s hold the connection for ever
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - now))
+                async with asyncio.timeout_at(deadline):  # (wait_for could lose a cancel)
+                    message = await receive()
             except TimeoutError:
                 # raised through FastAPI's body reading, which passes HTTPException on, to the
                 # error handlers: an OpenAI-shaped 408
