@@ -6,9 +6,13 @@ anything but their neutral value (n > 1, logprobs, tools, penalties, ...), so th
 never silently gets something other than what it asked for. Unknown fields are accepted and
 ignored (clients send newer fields all the time); the handlers log their names.
 
-vLLM extensions accepted: `top_k`, `ignore_eos`, `stop_token_ids`, `return_token_ids`.
+vLLM extensions accepted: `top_k`, `ignore_eos`, `stop_token_ids`, `return_token_ids`. vLLM's
+other sampling and output extensions (`min_tokens`, `repetition_penalty`, `min_p`, guided
+decoding, ...) are refused unless neutral, as OpenAI's are: a client moving from vLLM would
+otherwise get other output than it asked for, with nothing to tell it.
 """
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,6 +22,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    ValidationInfo,
     field_validator,
 )
 
@@ -67,6 +72,46 @@ def _refuse_unless(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
+# vLLM's extensions this server does not implement: each accepted absent, null or at its
+# neutral value (what vLLM does without it), refused otherwise
+VLLM_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "min_tokens": (0,),
+    "min_p": (0.0,),
+    "repetition_penalty": (1.0,),
+    "length_penalty": (1.0,),
+    "use_beam_search": (False,),
+    "include_stop_str_in_output": (False,),
+    "skip_special_tokens": (True,),
+    "spaces_between_special_tokens": (True,),
+    "truncate_prompt_tokens": (),
+    "prompt_logprobs": (),
+    "allowed_token_ids": (),
+    "bad_words": ([],),
+    "logits_processors": ([],),
+    "guided_json": (),
+    "guided_regex": (),
+    "guided_choice": (),
+    "guided_grammar": (),
+    "structured_outputs": (),
+}
+VLLM_CHAT_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "echo": (False,),
+    "add_generation_prompt": (True,),
+    "continue_final_message": (False,),
+}
+
+
+def _vllm_neutral(name: str, value: Any, table: dict[str, tuple[Any, ...]]) -> Any:
+    neutral = table[name]
+    # type first: 1 == True and 0 == False in Python, and a bool is no number here
+    ok = value is None or any(type(value) is type(n) and value == n for n in neutral)
+    if not ok and isinstance(value, int | float) and not isinstance(value, bool):
+        ok = any(type(n) is float and value == n for n in neutral)  # 1 for 1.0
+    shown = " or ".join(json.dumps(n) for n in neutral) or "null"
+    _refuse_unless(ok, f"{name} (a vLLM extension) is not supported: it must be absent or {shown}")
+    return value
+
+
 class _SamplingBody(_Body):
     """Fields shared by completions and chat completions."""
 
@@ -88,6 +133,30 @@ class _SamplingBody(_Body):
     ignore_eos: StrictBool = False
     stop_token_ids: list[StrictInt] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
     return_token_ids: StrictBool = False
+    min_tokens: Any = None
+    min_p: Any = None
+    repetition_penalty: Any = None
+    length_penalty: Any = None
+    use_beam_search: Any = None
+    include_stop_str_in_output: Any = None
+    skip_special_tokens: Any = None
+    spaces_between_special_tokens: Any = None
+    truncate_prompt_tokens: Any = None
+    prompt_logprobs: Any = None
+    allowed_token_ids: Any = None
+    bad_words: Any = None
+    logits_processors: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+
+    @field_validator(*VLLM_NEUTRAL)
+    @classmethod
+    def _vllm_extension(cls, value: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return _vllm_neutral(info.field_name, value, VLLM_NEUTRAL)
 
     @field_validator("n")
     @classmethod
@@ -183,6 +252,15 @@ class ChatCompletionRequest(_SamplingBody):
     function_call: Any = None
     response_format: ResponseFormat | None = None
     parallel_tool_calls: StrictBool | None = None  # meaningless without tools; ignored
+    echo: Any = None
+    add_generation_prompt: Any = None
+    continue_final_message: Any = None
+
+    @field_validator(*VLLM_CHAT_NEUTRAL)
+    @classmethod
+    def _vllm_chat_extension(cls, value: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return _vllm_neutral(info.field_name, value, VLLM_CHAT_NEUTRAL)
 
     @field_validator("logprobs")
     @classmethod

@@ -107,7 +107,33 @@ BAD_PARAMETERS = [
      "stream_options.include_usage"),
     ("/v1/chat/completions", {**CHAT_BODY, "max_completion_tokens": "8"},
      "max_completion_tokens"),
+    # vLLM's extensions this server lacks: accepted and ignored, a vLLM client got other output
+    ("/v1/completions", {**COMPLETION, "min_tokens": 8}, "min_tokens"),
+    ("/v1/completions", {**COMPLETION, "repetition_penalty": 1.2}, "repetition_penalty"),
+    ("/v1/completions", {**COMPLETION, "min_p": 0.1}, "min_p"),
+    ("/v1/completions", {**COMPLETION, "include_stop_str_in_output": True},
+     "include_stop_str_in_output"),
+    ("/v1/completions", {**COMPLETION, "skip_special_tokens": False}, "skip_special_tokens"),
+    ("/v1/completions", {**COMPLETION, "use_beam_search": 1}, "use_beam_search"),
+    ("/v1/chat/completions", {**CHAT_BODY, "guided_json": {"type": "object"}}, "guided_json"),
+    ("/v1/chat/completions", {**CHAT_BODY, "structured_outputs": {"regex": "a+"}},
+     "structured_outputs"),
+    ("/v1/chat/completions", {**CHAT_BODY, "continue_final_message": True},
+     "continue_final_message"),
+    ("/v1/chat/completions", {**CHAT_BODY, "echo": True}, "echo"),
 ]  # fmt: skip
+
+
+def test_vllm_extensions_at_their_neutral_values_are_accepted(server: ServeProcess) -> None:
+    """What a vLLM client sends by default (its SDK's extra_body, a config copied over)."""
+    neutral = {
+        "min_tokens": 0, "repetition_penalty": 1, "min_p": 0.0, "skip_special_tokens": True,
+        "include_stop_str_in_output": False, "guided_json": None, "bad_words": [],
+    }  # fmt: skip
+    done = server.client.post("/v1/completions", json={**COMPLETION, **neutral})
+    assert done.status_code == 200, done.text
+    chat = {**CHAT_BODY, "echo": False, "add_generation_prompt": True}
+    assert server.client.post("/v1/chat/completions", json=chat).status_code == 200
 
 
 def test_a_number_may_be_written_as_a_float_without_a_fraction(server: ServeProcess) -> None:
