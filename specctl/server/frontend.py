@@ -161,7 +161,6 @@ class Frontend:
         them got a 429, and the work queued for them was thrown away."""
         self._check_room(len(requests))
         self._reserved += len(requests)
-        loop = asyncio.get_running_loop()
         group = RequestGroup([r.request_id for r in requests])
         now = time.monotonic()
         registered = 0
@@ -173,18 +172,19 @@ class Frontend:
                 )
                 registered += 1
                 self._reserved -= 1
+                call = self._pool.submit(self.backend.submit, request)
                 try:
                     async with asyncio.timeout(CALL_TIMEOUT_S):
-                        await loop.run_in_executor(self._pool, self.backend.submit, request)
+                        await asyncio.wrap_future(call)
                 except TimeoutError:
                     self._forget_after_failure(group, request, index)
-                    self._abort_if_it_lands(request)
+                    self._abort_if_it_lands(call, request)
                     raise EngineStoppedError(
                         f"the engine did not take the request within {CALL_TIMEOUT_S:.0f} s"
                     ) from None
                 except asyncio.CancelledError:  # the client went away while the call ran
                     self._forget_after_failure(group, request, index)
-                    self._abort_if_it_lands(request)
+                    self._abort_if_it_lands(call, request)
                     raise
                 except BaseException:
                     self._forget_after_failure(group, request, index)
@@ -193,9 +193,19 @@ class Frontend:
             self._reserved -= len(requests) - registered
         return group
 
-    def _abort_if_it_lands(self, request: Request) -> None:
-        """A submit given up on may still be taken: abort it after (a no-op if it was not)."""
-        self._pool.submit(self.backend.abort, request.request_id).add_done_callback(_log_failure)
+    def _abort_if_it_lands(self, call: Future[None], request: Request) -> None:
+        """A submit given up on may still be taken: abort it once the call has ended (an
+        abort sent beside it could come first, and find nothing to abort)."""
+
+        def abort(done: Future[None]) -> None:  # on the thread that ran the call
+            if done.cancelled() or done.exception() is not None:
+                return  # never started, or refused: nothing landed
+            try:
+                self.backend.abort(request.request_id)
+            except Exception as exc:
+                logger.warning("abort failed: %s", exc)
+
+        call.add_done_callback(abort)
 
     def _check_room(self, num_requests: int) -> None:
         limit = self.backend.model.max_requests

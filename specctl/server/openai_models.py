@@ -98,6 +98,8 @@ VLLM_CHAT_NEUTRAL: dict[str, tuple[Any, ...]] = {
     "echo": (False,),
     "add_generation_prompt": (True,),
     "continue_final_message": (False,),
+    "chat_template": (),
+    "chat_template_kwargs": ({},),
 }
 
 
@@ -255,6 +257,8 @@ class ChatCompletionRequest(_SamplingBody):
     echo: Any = None
     add_generation_prompt: Any = None
     continue_final_message: Any = None
+    chat_template: Any = None
+    chat_template_kwargs: Any = None
 
     @field_validator(*VLLM_CHAT_NEUTRAL)
     @classmethod

@@ -121,6 +121,8 @@ BAD_PARAMETERS = [
     ("/v1/chat/completions", {**CHAT_BODY, "continue_final_message": True},
      "continue_final_message"),
     ("/v1/chat/completions", {**CHAT_BODY, "echo": True}, "echo"),
+    ("/v1/chat/completions", {**CHAT_BODY, "chat_template_kwargs": {"enable_thinking": False}},
+     "chat_template_kwargs"),
 ]  # fmt: skip
 
 

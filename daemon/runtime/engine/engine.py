@@ -366,7 +366,15 @@ class SpecEngine:
         verdict = verify(self.target, seqs, proposals)
         self.controller.costs.record_verify(batch, verdict.tokens_per_seq, verdict.verify_time_s)
         max_k = max(proposals.num_draft_tokens, default=0)
-        if max_k and not exploring:  # the other form's drafting costs what it costs
+        # a row asked for drafts that got none while the drafter was behind on it: the
+        # drafter is taking its prompt in a chunk a round (prefill_chunk_tokens). Such rounds,
+        # and the one that ends the feeding, cost neither drafting's price nor a catch-up of
+        # `drafter_behind` tokens: not learned from
+        feeding = False
+        for s, k, n in zip(seqs, ks, proposals.num_draft_tokens, strict=True):
+            s.drafter_feeding = s.drafter_feeding or bool(k and not n and s.drafter_behind)
+            feeding = feeding or (s.drafter_feeding and bool(k))
+        if max_k and not exploring and not feeding:  # the other form's drafting costs its own
             behind = max(s.drafter_behind for s, k in zip(seqs, ks, strict=True) if k)
             self._learn_draft_cost(batch, max_k, proposals.draft_time_s, behind)
         stats.batch_size, stats.speculation_len = batch, max(ks, default=0)
@@ -446,6 +454,7 @@ class SpecEngine:
             stats.accepted_per_pos[pos] += 1
         appended = seq.append(emitted)
         seq.drafter_behind = 0 if num_draft else seq.drafter_behind + appended
+        seq.drafter_feeding = seq.drafter_feeding and not num_draft
         stats.num_emitted_tokens += appended
 
     def _k_limit(self, seq: Sequence) -> int:

@@ -34,6 +34,9 @@ class Sequence:
     # committed since (0: it drafted in the last round and holds every token but the newest
     # one or two)
     drafter_behind: int = 0
+    # the drafter is taking its tokens in over rounds (prefill_chunk_tokens): asked for drafts,
+    # it got none while behind; until its first drafts, drafter_behind is not what a round fed
+    drafter_feeding: bool = False
     num_reported: int = 0  # output tokens already handed out in deltas
     finish_reported: bool = False  # a delta with the finish reason was handed out
     started_s: float = field(default_factory=time.perf_counter)

@@ -119,10 +119,11 @@ class DraftModelProposer:
     def _feed_new(self, request: ProposeRequest) -> None:
         """Prefill the committed tokens of the admitted sequences this round first drafts for
         (with room in the draft's context to draft). With `prefill_chunk_tokens` set and other
-        sequences in the round, at most that many tokens in all, first come first served: a
-        long prompt went in whole and every other sequence's round waited for it (the target's
-        prefill is chunked for the same reason). A sequence still being fed drafts nothing
-        until it is all in; the verifier decodes it meanwhile."""
+        sequences drafting, about that many tokens a call in all, in the order of the request
+        (the engine's admission order): a long prompt went in whole and every other
+        sequence's round waited for it (the target's prefill is chunked for the same reason).
+        A sequence still being fed drafts nothing until it is all in; the verifier decodes it
+        meanwhile."""
         room = self.model.max_model_len
         new = [
             b
@@ -132,7 +133,13 @@ class DraftModelProposer:
         ]
         if not new:
             return
-        left = self.prefill_chunk_tokens if len(new) < len(request.slots) else None
+        # others: the drafter's own (an overlapped round's message leaves out the sequences
+        # whose prepared branch hit). Each being fed commits a token a round meanwhile: the
+        # budget covers those, so that the backlog shrinks by the chunk every round.
+        fed_slots = {request.slots[b] for b in new}
+        others = any(slot not in fed_slots for slot in self._states)
+        chunk = self.prefill_chunk_tokens
+        left = chunk + len(new) if chunk is not None and others else None
         fresh: list[tuple[int, list[int], bool]] = []  # (slot, tokens from 0, completes)
         continued: list[tuple[int, int, list[int], bool]] = []  # (slot, start, tokens, ..)
         for b in new:
