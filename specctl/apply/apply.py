@@ -16,7 +16,7 @@ from pathlib import Path
 from db import DeploymentRow, Store
 from specctl.apply.cluster_up import ClusterUp, bring_up, retire_nodes
 from specctl.apply.events import ApplyEvents
-from specctl.apply.server_up import ensure_server
+from specctl.apply.server_up import check_server_address, ensure_server
 from specctl.apply.shards import DesiredShard, deploy_shards, desired_shards
 from specctl.apply.state import AppliedState, ServerState
 from specctl.config.cluster import ClusterConfig
@@ -67,6 +67,7 @@ def apply_deployment(
             f"run `specctl down` before applying {plan.deployment!r}"
         )
     desired = desired_shards(config, plan, opts.shard_threads)
+    check_server_address(home, config.server.host, config.server.port)  # before any change
     if previous is not None and previous.nodes and previous.nodes[0].name != config.nodes[0].name:
         raise ApplyError(
             f"the head node changed ({previous.nodes[0].name} -> {config.nodes[0].name}); the "
@@ -109,7 +110,11 @@ def apply_deployment(
         deployment_id=previous.deployment_id if previous else 0,
     )
     changed = bool(started) or previous is None or _changed(previous, state)
-    if changed or state.deployment_id == 0:
+    # a new history row where a new serving process will write it: one that keeps running
+    # (a k changed live, a comment edited) writes under the id it started with, and status
+    # read the new one and found no samples
+    restarts_server = previous is None or previous.server != state.server
+    if (changed and restarts_server) or state.deployment_id == 0:
         state.deployment_id = _record(home, state, plan)
     state.save(home.state_file)
     server_changed = ensure_server(home, state, events, opts.health_timeout_s)

@@ -107,24 +107,33 @@ def start_server(argv: list[str], log_path: Path, env: dict[str, str] | None = N
 
 
 def wait_healthy(
-    url: str, pid: int, timeout_s: float, log_path: Path, headers: dict[str, str] | None = None
+    url: str,
+    pid: int,
+    timeout_s: float,
+    log_path: Path,
+    headers: dict[str, str] | None = None,
+    start: int = 0,
 ) -> None:
-    """Wait until `url`/health answers 200; fail early if the process exits."""
+    """Wait until `url`/health answers 200 from process `pid` (another program on the port
+    answered for a server that had failed to bind it); fail early if the process exits. An
+    error quotes the log from byte `start` (what this start wrote to a log shared with the
+    processes before it)."""
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0, headers=headers) as client:
         while time.monotonic() < deadline:
             if not session_pids(pid):
                 raise ServerProcessError(
                     f"the serving process exited during start-up; its log ({log_path}) ends:\n"
-                    + _tail(log_path)
+                    + _tail(log_path, since=start)
                 )
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get(f"{url}/health").status_code == 200:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                answer = client.get(f"{url}/health")
+                if answer.status_code == 200 and answer.json().get("pid") == pid:
                     return
             time.sleep(HEALTH_POLL_S)
     raise ServerProcessError(
         f"the serving process did not become healthy within {timeout_s:g} s; "
-        f"its log ({log_path}) ends:\n" + _tail(log_path)
+        f"its log ({log_path}) ends:\n" + _tail(log_path, since=start)
     )
 
 
@@ -143,8 +152,10 @@ def _unusable(path: Path, why: str) -> str:
     )
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, since: int = 0) -> str:
     try:
-        return path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        with path.open("rb") as log:
+            log.seek(since)
+            return log.read().decode(errors="replace")[-LOG_TAIL_CHARS:]
     except OSError:
         return "(no log)"

@@ -8,6 +8,7 @@ backend that fails to come up makes `/health` answer `{"status": "failed"}` and 
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -210,7 +211,9 @@ def _document_errors(app: FastAPI) -> None:
 def _add_routes(app: FastAPI, state: ServingState) -> None:
     @app.get("/health")
     async def health() -> Response:
-        body = {"status": state.status}
+        # the pid tells whoever started this process that the answer is its own, not another
+        # program's on the same port (apply took one for a server that had failed to bind)
+        body: dict[str, Any] = {"status": state.status, "pid": os.getpid()}
         if state.failure:
             body["error"] = state.failure
         return JSONResponse(body, status_code=200 if state.status == "ready" else 503)

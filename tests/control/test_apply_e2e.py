@@ -4,6 +4,8 @@ read from another process while requests run, a second apply that changes nothin
 k that changes only that, and a down that leaves no process behind."""
 
 import json
+import re
+import socket
 import sqlite3
 import threading
 import time
@@ -155,8 +157,41 @@ def test_changed_k_changes_only_the_speculation(deployment: tuple[Cli, Path]) ->
             model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=8, temperature=0
         )
         assert out.usage is not None and out.usage.completion_tokens == 8
+        # the server, not restarted, writes its history under the deployment id it started
+        # with: status reads that one (a new id was recorded, and status found no samples)
+        deadline = time.monotonic() + 15
+        while cli.status()["live"] is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert cli.status()["live"] is not None
     finally:
         config.write_text(text)
+
+
+def test_a_move_to_a_taken_port_leaves_the_endpoint_serving(
+    deployment: tuple[Cli, Path],
+) -> None:
+    """The working server was stopped first, then the new one could not bind: no endpoint."""
+    cli, config = deployment
+    before = cli.status()
+    text = config.read_text()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config.write_text(re.sub(r"port = \d+", f"port = {port}", text, count=1))
+        try:
+            done = cli.apply(config)
+        finally:
+            config.write_text(text)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"cannot serve on 127.0.0.1:{port}" in done.stderr
+    after = cli.status()
+    assert after["endpoint"] == before["endpoint"]
+    assert after["server_pid"] == before["server_pid"]
+    out = _client(cli).completions.create(
+        model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
+    )
+    assert out.usage is not None and out.usage.completion_tokens == 4
 
 
 def test_a_node_added_then_removed_is_started_then_stopped(

@@ -230,3 +230,37 @@ def test_a_node_that_cannot_join_a_loopback_head_is_told_what_to_change(
         return
     assert said.startswith("; the head spark") and gcs in said
     assert "if rtx5090 runs on another machine" in said and hint in said
+
+
+class _Healthy(http.server.BaseHTTPRequestHandler):
+    """Another program on the endpoint's port, answering any GET with 200."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"status": "ready"}')
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_port_another_program_listens_on_is_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """Its 200s answered the new server's health checks: apply said it served while its
+    server had died failing to bind, and requests reached the other program."""
+    other = http.server.HTTPServer(("127.0.0.1", free_port()), _Healthy)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        port = other.server_port
+        config = local_cluster_file(tmp_path / "cluster.toml", port)
+        cli = Cli(tmp_path / "home")
+        done = cli.apply(config)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in done.stderr
+        assert "Traceback" not in done.stderr
+        _assert_nothing_started(cli)
+    finally:
+        other.shutdown()
+        other.server_close()
