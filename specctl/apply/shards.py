@@ -268,15 +268,36 @@ def _reuse(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvent
     if old.fingerprint != shard.fingerprint or not _is_up(handle):
         return None
     name = _step_name(shard)
-    if shard.role == "verifier" and old.speculation != shard.speculation:
+    # a verifier Ray restarted (its process died) runs the settings it was created with, not
+    # those changed live since: what it runs now is compared too (it said "already running"
+    # and went on drafting the old k)
+    restarted = shard.role == "verifier" and _running_speculation(handle) not in (
+        None,
+        shard.speculation,
+    )
+    if shard.role == "verifier" and (old.speculation != shard.speculation or restarted):
         live = json.loads(shard.speculation)
         k, adaptive = live["num_speculative_tokens"], live["adaptive"]
         call = handle.set_speculation.remote(k, adaptive)
         ray.get(call, timeout=STATUS_TIMEOUT_S + 60)
-        events.step(name, "done", f"speculation changed live: {shard.speculation}")
+        how = "changed" if old.speculation != shard.speculation else "restored"
+        events.step(name, "done", f"speculation {how} live: {shard.speculation}")
         return f"{shard.actor} speculation k={k}, adaptive {'on' if adaptive else 'off'}"
     events.step(name, "skipped", f"already running on {shard.node}")
     return ""
+
+
+def _running_speculation(handle: Any) -> str | None:
+    """The speculation settings a verifier runs now, as DesiredShard.speculation spells them
+    (None: it could not say, e.g. still loading)."""
+    import ray
+
+    try:
+        info = ray.get(handle.info.remote(), timeout=STATUS_TIMEOUT_S)
+    except Exception:
+        return None
+    live = {"num_speculative_tokens": info.num_speculative_tokens, "adaptive": info.adaptive}
+    return json.dumps(live, sort_keys=True)
 
 
 def _step_name(shard: DesiredShard) -> str:

@@ -4,7 +4,9 @@ read from another process while requests run, a second apply that changes nothin
 k that changes only that, and a down that leaves no process behind."""
 
 import json
+import os
 import re
+import signal
 import socket
 import sqlite3
 import threading
@@ -165,6 +167,36 @@ def test_changed_k_changes_only_the_speculation(deployment: tuple[Cli, Path]) ->
         assert cli.status()["live"] is not None
     finally:
         config.write_text(text)
+
+
+def test_a_k_changed_live_is_restored_after_the_verifier_restarts(
+    deployment: tuple[Cli, Path],
+) -> None:
+    """Ray restarts a dead verifier with the settings it was created with: apply compares
+    what it runs, not what it recorded (it said "already running" over the old k)."""
+    cli, config = deployment
+    text = config.read_text()
+    config.write_text(text.replace("k = 4", "k = 2"))
+    try:
+        assert cli.apply(config).returncode == 0
+        verifier = next(s for s in cli.status()["shards"] if s["role"] == "verifier")
+        os.kill(verifier["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            now = next(s for s in cli.status()["shards"] if s["role"] == "verifier")
+            if now["state"] == "ready" and now["pid"] not in (None, verifier["pid"]):
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError(f"the verifier was not restarted: {cli.status()['shards']}")
+        done = cli.apply(config)
+        assert done.returncode == 0, done.stderr
+        assert "speculation restored live" in done.stderr, done.stderr
+        again = cli.apply(config)
+        assert "changed: nothing" in again.stdout, again.stdout + again.stderr
+    finally:
+        config.write_text(text)
+        assert cli.apply(config).returncode == 0
 
 
 def test_a_move_to_a_taken_port_leaves_the_endpoint_serving(
