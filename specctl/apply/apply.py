@@ -15,6 +15,7 @@ from pathlib import Path
 
 from db import DeploymentRow, Store
 from specctl.apply.cluster_up import ClusterUp, bring_up, retire_nodes
+from specctl.apply.down import take_down
 from specctl.apply.events import ApplyEvents
 from specctl.apply.server_up import check_server_address, ensure_server
 from specctl.apply.shards import DesiredShard, deploy_shards, desired_shards
@@ -76,48 +77,61 @@ def apply_deployment(
     cluster = bring_up(config, home, events)
     if previous is None:  # record what runs now, so that `down` finds it if a shard fails
         _partial_state(config_path, config, plan, cluster, desired).save(home.state_file)
-    connect(cluster.address, cluster.token_file)
     try:
-        events.step("shards", "started", f"{len(desired)} shard(s)")
-        deployed = deploy_shards(
-            desired, previous.shards if previous else [], events, opts.load_timeout_s
-        )
-        started = deployed.started
-        events.step("shards", "done", f"{len(started)} (re)started")
-    finally:
-        disconnect()
-    if previous is not None:
-        retired = retire_nodes(previous.nodes, cluster.nodes, home.ray_root, cluster.token_file)
-        if retired:
-            events.step(
-                "ray nodes", "done", f"stopped nodes no longer listed: {', '.join(retired)}"
+        connect(cluster.address, cluster.token_file)
+        try:
+            events.step("shards", "started", f"{len(desired)} shard(s)")
+            deployed = deploy_shards(
+                desired, previous.shards if previous else [], events, opts.load_timeout_s
             )
-            started.extend(f"node {name} stopped" for name in retired)
-    state = AppliedState(
-        deployment=plan.deployment,
-        config_path=str(config_path.resolve()),
-        config_text=config_path.read_text(),
-        plan_json=plan.model_dump_json(),
-        served_model_name=config.deployment.verifier.model,
-        ray_address=cluster.address,
-        token_file=str(cluster.token_file),
-        local_root=str(cluster.local_root) if cluster.local_root else None,
-        local_nodes=cluster.local_nodes,
-        nodes=cluster.nodes,
-        shards=[d.state() for d in desired],
-        server=_server_state(config, desired),
-        db_path=str(home.db_file),
-        deployment_id=previous.deployment_id if previous else 0,
-    )
-    changed = bool(started) or previous is None or _changed(previous, state)
-    # a new history row where a new serving process will write it: one that keeps running
-    # (a k changed live, a comment edited) writes under the id it started with, and status
-    # read the new one and found no samples
-    restarts_server = previous is None or previous.server != state.server
-    if (changed and restarts_server) or state.deployment_id == 0:
-        state.deployment_id = _record(home, state, plan)
-    state.save(home.state_file)
-    server_changed = ensure_server(home, state, events, opts.health_timeout_s)
+            started = deployed.started
+            events.step("shards", "done", f"{len(started)} (re)started")
+        finally:
+            disconnect()
+        if previous is not None:
+            retired = retire_nodes(previous.nodes, cluster.nodes, home.ray_root, cluster.token_file)
+            if retired:
+                events.step(
+                    "ray nodes", "done", f"stopped nodes no longer listed: {', '.join(retired)}"
+                )
+                started.extend(f"node {name} stopped" for name in retired)
+        state = AppliedState(
+            deployment=plan.deployment,
+            config_path=str(config_path.resolve()),
+            config_text=config_path.read_text(),
+            plan_json=plan.model_dump_json(),
+            served_model_name=config.deployment.verifier.model,
+            ray_address=cluster.address,
+            token_file=str(cluster.token_file),
+            local_root=str(cluster.local_root) if cluster.local_root else None,
+            local_nodes=cluster.local_nodes,
+            nodes=cluster.nodes,
+            shards=[d.state() for d in desired],
+            server=_server_state(config, desired),
+            db_path=str(home.db_file),
+            deployment_id=previous.deployment_id if previous else 0,
+        )
+        changed = bool(started) or previous is None or _changed(previous, state)
+        # a new history row where a new serving process will write it: one that keeps running
+        # (a k changed live, a comment edited) writes under the id it started with, and status
+        # read the new one and found no samples
+        restarts_server = previous is None or previous.server != state.server
+        if (changed and restarts_server) or state.deployment_id == 0:
+            state.deployment_id = _record(home, state, plan)
+        state.save(home.state_file)
+        server_changed = ensure_server(home, state, events, opts.health_timeout_s)
+    except Exception as exc:
+        if previous is not None:  # what ran before keeps running: `status` tells what failed
+            raise
+        # a first apply that failed: nothing of it is left running (a bad model path left two
+        # Ray nodes, a loaded drafter and a failed verifier, and a status saying to apply again)
+        events.step("rollback", "started", "stopping what this first apply started")
+        leftover = take_down(home, events)
+        events.step("rollback", "done" if not leftover else "failed")
+        raise ApplyError(
+            f"{str(exc).strip() or type(exc).__name__} (this first apply's nodes, shards and "
+            "server were stopped again)"
+        ) from exc
     steps = [*started, *deployed.changed_live, *(["server"] if server_changed else [])]
     return ApplyResult(f"{state.server.url}/v1", plan, steps, state.deployment_id)  # type: ignore[union-attr]
 

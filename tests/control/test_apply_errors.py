@@ -4,6 +4,7 @@ file, the line and the field (exit 2), or the plan's reason when the models do n
 
 import http.server
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from specctl.apply.state import NodeState
 from specctl.config.loader import load_config_text
 
 from .cluster_files import EXAMPLES, SPARK_5090, replace_line, write_cluster
-from .deployment_cli import DEMO_TARGET, Cli, free_port, local_cluster_file
+from .deployment_cli import DEMO_DRAFT, DEMO_TARGET, Cli, free_port, local_cluster_file
 from .test_config_errors import CASES
 
 ASKED_BY_THE_ISSUE = ("missing field", "wrong type", "unknown node", "unknown model")
@@ -264,3 +265,20 @@ def test_a_port_another_program_listens_on_is_refused_before_anything_starts(
     finally:
         other.shutdown()
         other.server_close()
+
+
+def test_a_first_apply_that_fails_to_load_leaves_nothing_running(tmp_path: Path) -> None:
+    """The target's weights are missing (the plan reads config.json only): the nodes and the
+    drafter shard had started, and stayed, with a status that said to apply again."""
+    target = tmp_path / "no-weights"
+    shutil.copytree(DEMO_TARGET, target, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = local_cluster_file(
+        tmp_path / "cluster.toml", free_port(), models=(target, DEMO_DRAFT, "float32")
+    )
+    cli = Cli(tmp_path / "home")
+    done = cli.apply(config)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "model.safetensors" in done.stderr, done.stderr
+    assert "nodes, shards and server were stopped again" in done.stderr
+    assert "Traceback" not in done.stderr
+    _assert_nothing_started(cli)
