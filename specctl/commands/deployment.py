@@ -96,7 +96,8 @@ def _print_status(report: StatusReport) -> None:
             else "not running"
         )
         console.print(f"deployment [bold]{report.deployment}[/] ({report.config_path})")
-        console.print(f"endpoint   {report.endpoint}  model {report.served_model_name!r}")
+        endpoint = report.endpoint or "none yet (the apply did not get to the server)"
+        console.print(f"endpoint   {endpoint}  model {report.served_model_name!r}")
         console.print(f"server     {server}")
         console.print(_shard_table(report))
         console.print(_live_line(report))
