@@ -10,7 +10,7 @@ moved to another node is replaced alone).
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from db import DeploymentRow, Store
@@ -95,18 +95,9 @@ def apply_deployment(
                     "ray nodes", "done", f"stopped nodes no longer listed: {', '.join(retired)}"
                 )
                 started.extend(f"node {name} stopped" for name in retired)
-        state = AppliedState(
-            deployment=plan.deployment,
-            config_path=str(config_path.resolve()),
+        state = replace(
+            _partial_state(config_path, config, plan, cluster, desired),
             config_text=config_path.read_text(),
-            plan_json=plan.model_dump_json(),
-            served_model_name=config.deployment.verifier.model,
-            ray_address=cluster.address,
-            token_file=str(cluster.token_file),
-            local_root=str(cluster.local_root) if cluster.local_root else None,
-            local_nodes=cluster.local_nodes,
-            nodes=cluster.nodes,
-            shards=[d.state() for d in desired],
             server=_server_state(config, desired),
             db_path=str(home.db_file),
             deployment_id=previous.deployment_id if previous else 0,
