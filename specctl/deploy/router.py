@@ -11,7 +11,7 @@ skipped and retried after `retry_after_s`; the others keep serving.
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from daemon.runtime.engine.loop import LoopOutput, Sink
 from daemon.runtime.engine.request import Request
@@ -56,7 +56,11 @@ class RouterBackend:
         for other in replicas[1:]:
             if other.model.vocab_size != first.vocab_size:
                 raise ValueError("replicas must serve the same model (vocabularies differ)")
-        self.model: ServedModel = first
+        # what the endpoint holds at once is every replica's batch and queue: one replica's
+        # refused groups of prompts the others had room for (frontend.py's all-or-none check)
+        each = [r.model.max_requests for r in replicas]
+        total = None if None in each else sum(n for n in each if n is not None)
+        self.model: ServedModel = replace(first, max_requests=total)
         self._replicas = [_Replica(i, b) for i, b in enumerate(replicas)]
         self._retry_after_s = retry_after_s
         self._lock = threading.Lock()

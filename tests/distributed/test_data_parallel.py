@@ -65,6 +65,9 @@ def test_requests_spread_and_a_dead_replica_leaves_the_other_serving(replicas) -
     router = RouterBackend(
         [RemoteBackend(h, m, call_timeout_s=10.0) for h, m in zip(replicas, models, strict=True)]
     )
+    # the endpoint's room is both replicas' batches and queues, not the first one's
+    assert router.model.max_requests == sum(m.max_requests or 0 for m in models) > 0
+    assert all(m.max_requests for m in models)
     router.start(sink)
     try:
         params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
