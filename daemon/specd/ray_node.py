@@ -19,7 +19,7 @@ from daemon.specd.api_models import RayStartRequest
 from daemon.specd.config import SpecdConfig
 from daemon.specd.inventory import Inventory
 from daemon.specd.labels import derived_labels
-from daemon.specd.process_tree import end_session, session_pids
+from daemon.specd.process_tree import end_session, process_argv, session_pids
 from daemon.specd.ray_command import head_command, ray_env, worker_command
 
 logger = logging.getLogger(__name__)
@@ -29,6 +29,9 @@ START_LOG_NAME = "ray-start.log"
 RAY_ADDRESS_FILE = "ray_current_cluster"  # where `ray start` writes the GCS address it gives
 MAX_CAUSE_CHARS = 300  # of the line of a failed `ray start`'s log said in the response
 LOCK_WAIT_S = 1.0  # a start or stop waits this long for one in progress, then 409
+# the executables (argv[0]'s name) without which a Ray node is dead
+WORKER_PROCESSES = ("raylet",)
+HEAD_PROCESSES = ("raylet", "gcs_server")
 
 
 class RayNodeError(Exception):
@@ -80,6 +83,7 @@ class RayNode:
         with self._locked("start"):
             if self._is_alive(self._running):
                 return self._same_or_conflict(request), False
+            self._end_dead()
             self._check_token()
             node = self._start_locked(request)
             self._running = node
@@ -225,16 +229,50 @@ class RayNode:
             )
 
     def _is_alive(self, node: RunningNode | None) -> bool:
+        """Whether the node's raylet lives (and a head's GCS server): the processes without
+        which it is no node. Any process of its session with the temp dir in its command line
+        counted before, and Ray's log monitor outlives a raylet killed under it: a node whose
+        raylet had died was reported running, a start was a no-op, and apply waited out its
+        whole timeout for shards that could never be placed there."""
         if node is None:
             return False
+        needed = set(HEAD_PROCESSES if node.role == "head" else WORKER_PROCESSES)
         marker = str(self._config.ray_temp_dir)
         for pid in session_pids(node.session_id):
-            try:
-                if marker in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
-                    return True
-            except OSError:
-                continue
-        return False
+            argv = process_argv(pid)
+            if argv and Path(argv[0]).name in needed and any(marker in a for a in argv[1:]):
+                needed.discard(Path(argv[0]).name)
+        return not needed
+
+    def _end_dead(self) -> None:
+        """End what is left of a node found dead (its log monitor, a head's GCS, ...) before
+        another starts: it holds the node's ports and writes into its temp dir."""
+        node, self._running = self._running, None
+        if node is None:
+            return
+        found = len(self._remnants(node))
+        if not found:
+            self._state_file.unlink(missing_ok=True)
+            return
+        leftover = end_session(node.session_id, self._config.ray.stop_grace_s)
+        logger.warning(
+            "ray (session %d) found dead, its raylet or GCS gone: %d process(es) of it left, "
+            "%d would not die; starting anew",
+            node.session_id,
+            found,
+            len(leftover),
+        )
+        if leftover:  # they may hold its ports: the start would fail on them
+            self._running = node
+            raise RayNodeError(
+                500,
+                f"ray (session {node.session_id}) is dead but pids "
+                f"{', '.join(map(str, leftover))} of it would not die",
+            )
+        self._state_file.unlink(missing_ok=True)
+        # where a dead head wrote its GCS address: `ray start --head` on the same port reads
+        # it and refuses, "already running" (a clean stop removes it)
+        (self._config.ray_temp_dir / RAY_ADDRESS_FILE).unlink(missing_ok=True)
 
     def _save(self, node: RunningNode) -> None:  # written whole: a reader never sees half
         tmp = self._state_file.with_name(f".{self._state_file.name}.tmp")
@@ -246,11 +284,24 @@ class RayNode:
             node = RunningNode(**json.loads(self._state_file.read_text()))
         except (OSError, ValueError, TypeError):
             return None
-        if not self._is_alive(node):
-            self._state_file.unlink(missing_ok=True)
-            return None
-        logger.info("found Ray started earlier (session %d)", node.session_id)
-        return node
+        if self._is_alive(node):
+            logger.info("found Ray started earlier (session %d)", node.session_id)
+            return node
+        if self._remnants(node):  # kept, for the next start or stop to end
+            logger.info("found Ray started earlier (session %d) dead", node.session_id)
+            return node
+        self._state_file.unlink(missing_ok=True)
+        return None
+
+    def _remnants(self, node: RunningNode) -> list[int]:
+        """The node's processes still running (its session's, with its temp dir in their
+        command line: a session id outlives a reboot, and another program may have it)."""
+        marker = str(self._config.ray_temp_dir)
+        return [
+            pid
+            for pid in session_pids(node.session_id)
+            if any(marker in a for a in (process_argv(pid) or [])[1:])
+        ]
 
 
 def failure_cause(output: str) -> str:

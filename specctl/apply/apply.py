@@ -10,6 +10,7 @@ moved to another node is replaced alone).
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from specctl.apply.state import AppliedState, ServerState
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import ConfigError
 from specctl.config.loader import load_config
+from specctl.deploy.live_nodes import wait_one_live_node_each
 from specctl.deploy.ray_connect import connect, disconnect
 from specctl.deploy.server_process import ServerRecord
 from specctl.home import SpecctlHome
@@ -80,9 +82,20 @@ def apply_deployment(
     try:
         connect(cluster.address, cluster.token_file)
         try:
+            wait_one_live_node_each([n.name for n in config.nodes], on_wait=_said_wait(events))
             events.step("shards", "started", f"{len(desired)} shard(s)")
+            # nodes of the deployment that had to be started again: their shards died there
+            lost = (
+                frozenset(cluster.started) & {n.name for n in previous.nodes}
+                if previous
+                else frozenset()
+            )
             deployed = deploy_shards(
-                desired, previous.shards if previous else [], events, opts.load_timeout_s
+                desired,
+                previous.shards if previous else [],
+                events,
+                opts.load_timeout_s,
+                lost_nodes=lost,
             )
             started = deployed.started
             events.step("shards", "done", f"{len(started)} (re)started")
@@ -110,7 +123,10 @@ def apply_deployment(
         if (changed and restarts_server) or state.deployment_id == 0:
             state.deployment_id = _record(home, state, plan)
         state.save(home.state_file)
-        server_changed = ensure_server(home, state, events, opts.health_timeout_s)
+        new_head = previous is not None and config.nodes[0].name in cluster.started
+        server_changed = ensure_server(
+            home, state, events, opts.health_timeout_s, new_cluster=new_head
+        )
     except Exception as exc:
         if previous is not None:  # what ran before keeps running: `status` tells what failed
             raise
@@ -125,6 +141,14 @@ def apply_deployment(
         ) from exc
     steps = [*started, *deployed.changed_live, *(["server"] if server_changed else [])]
     return ApplyResult(f"{state.server.url}/v1", plan, steps, state.deployment_id)  # type: ignore[union-attr]
+
+
+def _said_wait(events: ApplyEvents) -> Callable[[dict[str, int]], None]:
+    def said(counts: dict[str, int]) -> None:
+        listed = ", ".join(f"{name} {n}x" for name, n in sorted(counts.items()) if n != 1)
+        events.step("ray nodes", "started", f"waiting for Ray to list each node once ({listed})")
+
+    return said
 
 
 def _partial_state(

@@ -8,7 +8,7 @@ placed by that label. Starting a node that already runs as asked is a no-op on b
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -49,6 +49,7 @@ class ClusterUp:
     local_root: Path | None
     local_nodes: list[str]
     nodes: list[NodeState]
+    started: list[str] = field(default_factory=list)  # nodes this call (re)started
 
 
 def cluster_token(config: ClusterConfig, home: SpecctlHome) -> Path:
@@ -102,14 +103,15 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
             address = _specd_start(config, head, token_file, None, started)
             if local is not None:
                 try:
-                    local.start(address)
+                    local.start(address, fresh_head=head in started)
                 except LocalClusterError as exc:
                     hint = loopback_hint(config, "the local nodes", address)
                     raise LocalClusterError(f"{exc}{hint}") from None
+        fresh_head = head in started or (head.is_local and head.name not in running_before)
         for node in config.nodes[1:]:
             if not node.is_local:
                 try:
-                    _specd_start(config, node, token_file, address, started)
+                    _specd_start(config, node, token_file, address, started, fresh_head)
                 except ClusterUpError as exc:
                     hint = loopback_hint(config, node.name, address)
                     raise ClusterUpError(f"{exc}{hint}", exc.status) from None
@@ -121,6 +123,10 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
         events.step("ray nodes", "failed", message)
         raise ClusterUpError(message) from None
     events.step("ray nodes", "done", f"head {head.name} at {address}")
+    running_now = {n.spec.name for n in local.nodes if n.running is not None} if local else set()
+    started_names = {n.name for n in started} | (running_now - running_before)
+    if head.name in started_names:  # a new GCS: every node joined it anew
+        started_names = {n.name for n in config.nodes}
     return ClusterUp(
         address=address,
         token_file=token_file,
@@ -130,6 +136,7 @@ def bring_up(config: ClusterConfig, home: SpecctlHome, events: ApplyEvents) -> C
             NodeState(n.name, "local" if n.is_local else "specd", n.specd, str(token_file))
             for n in config.nodes
         ],
+        started=[n.name for n in config.nodes if n.name in started_names],
     )
 
 
@@ -185,9 +192,12 @@ def _specd_start(
     token_file: Path,
     head: str | None,
     started: list[NodeSpec],
+    fresh_head: bool = False,
 ) -> str:
     """Ask the node's specd to start Ray (head when `head` is None); the GCS address. The
-    node is added to `started` where its specd started Ray (not found it running)."""
+    node is added to `started` where its specd started Ray (not found it running). A worker
+    found running beside a `fresh_head` (just started) is stopped and started again: it had
+    joined the GCS that died with the old head, at the same address."""
     body = {
         "role": "head" if head is None else "worker",
         "labels": {**node.labels, NODE_LABEL: node.name},
@@ -195,6 +205,9 @@ def _specd_start(
     if head is not None:
         body["address"] = head
     data = _specd_call(node, token_file, "POST", "/v1/ray/start", body)
+    if fresh_head and not data.get("started"):
+        _specd_stop(node, token_file)
+        data = _specd_call(node, token_file, "POST", "/v1/ray/start", body)
     if data.get("started"):
         started.append(node)
     return str(data["status"]["gcs_address"])

@@ -21,15 +21,21 @@ HEALTH_CHECK_TIMEOUT_S = 5.0
 
 
 def ensure_server(
-    home: SpecctlHome, state: AppliedState, events: ApplyEvents, timeout_s: float
+    home: SpecctlHome,
+    state: AppliedState,
+    events: ApplyEvents,
+    timeout_s: float,
+    new_cluster: bool = False,
 ) -> bool:
-    """True when the serving process was (re)started."""
+    """True when the serving process was (re)started. `new_cluster`: the Ray head was
+    started again (its old one had died), and a serving process that joined the old one is
+    replaced: it held the old GCS's shard handles and answered every request with a 503."""
     assert state.server is not None
     url = state.server.url
     record = ServerRecord.load(home.server_file)
     alive = record is not None and record.is_alive()
     same = alive and record is not None and record.fingerprint == state.server.fingerprint
-    if same and _healthy(url):
+    if same and not new_cluster and _healthy(url):
         events.step("server", "skipped", f"already serving at {url}/v1")
         return False
     if not (alive and record is not None and record.url == url):  # not its address

@@ -202,8 +202,12 @@ def deploy_shards(
     previous: list[ShardState],
     events: ApplyEvents,
     load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
+    lost_nodes: frozenset[str] = frozenset(),
 ) -> Deployed:
-    """Make the cluster run `desired`: what was (re)started and what was changed live."""
+    """Make the cluster run `desired`: what was (re)started and what was changed live.
+    A shard on one of `lost_nodes` (Ray there had died and was started again) is replaced,
+    not kept: Ray restarts its actor on the new node only once its health checks mark the
+    old one dead, and one found then "ready" went down again to restart after apply."""
     before = {s.actor: s for s in previous}
     wanted = {d.actor for d in desired}
     for gone in before.keys() - wanted:
@@ -211,18 +215,22 @@ def deploy_shards(
         events.step(f"remove {gone}", "done")
     started: list[str] = []
     changed_live: list[str] = []
+    handles: dict[str, Any] = {}  # of those started: by name, a killed one's may answer
     for shard in desired:
         name = _step_name(shard)
         old = before.get(shard.actor)
         handle = find_actor(shard.actor)
-        reused = None if old is None or handle is None else _reuse(shard, old, handle, events)
+        lost = shard.node in lost_nodes
+        reused = (
+            None if old is None or handle is None or lost else _reuse(shard, old, handle, events)
+        )
         if reused is not None:
             if reused:
                 changed_live.append(reused)
             continue
         if handle is not None:
             kill_actor(shard.actor)
-        events.step(name, "started", f"on {shard.node}")
+        events.step(name, "started", f"on {shard.node}" + (" (its Ray restarted)" if lost else ""))
         tp = getattr(shard.spec, "tensor_parallel_size", 1)
         # Ray does not restart a tensor-parallel shard (rank 0 could not gather its group
         # again) nor a pipeline stage (its KV cache empty, it could not serve the verifier's
@@ -239,7 +247,10 @@ def deploy_shards(
             start_ranks(shard.actor, handle, _rank_template(shard.spec), placement)
             events.step(name, "started", f"{tp} tensor-parallel ranks on {shard.node}")
         started.append(shard.actor)
-    wait_loaded([d for d in desired if d.actor in started], events, load_timeout_s)
+        handles[shard.actor] = handle
+    # the shards kept are waited for too: one Ray restarts (its node died) is kept while it
+    # loads again, and apply said done while it could serve nothing yet
+    wait_loaded(desired, events, load_timeout_s, announce=set(started), handles=handles)
     return Deployed(started, changed_live)
 
 
@@ -314,18 +325,34 @@ def _is_up(handle: Any) -> bool:
     return status.state in ("ready", "loading")
 
 
-def wait_loaded(shards: list[DesiredShard], events: ApplyEvents, timeout_s: float) -> None:
-    """Poll each shard's status until every one is ready; report loading progress."""
+def wait_loaded(
+    shards: list[DesiredShard],
+    events: ApplyEvents,
+    timeout_s: float,
+    announce: set[str] | None = None,
+    handles: dict[str, Any] | None = None,
+) -> None:
+    """Poll each shard's status until every one is ready; report loading progress. Of the
+    shards not in `announce` (all when None), only those found not ready are reported.
+    `handles`: the actors to ask, by name (else looked up by name: a name killed a moment
+    ago may still lead to the old actor, which answered "ready" for the new one)."""
+    handles = handles or {}
     pending = {s.actor: s for s in shards}
+    quiet = set() if announce is None else pending.keys() - announce
     deadline = time.monotonic() + timeout_s
     while pending:
         if time.monotonic() > deadline:
             names = ", ".join(sorted(pending))
             raise ShardError(f"shards not ready after {timeout_s:g} s: {names}")
         for actor, shard in list(pending.items()):
-            status = _status(actor)
+            status = _status(actor, handles.get(actor))
             if status is None:
+                quiet.discard(actor)
                 continue  # still being placed (or its node is not up yet)
+            if actor in quiet and status.state == "ready":
+                del pending[actor]
+                continue
+            quiet.discard(actor)
             events.loading(actor, status.node_name, status.loaded_bytes, status.total_bytes)
             if status.state == "ready":
                 events.step(
@@ -341,10 +368,10 @@ def wait_loaded(shards: list[DesiredShard], events: ApplyEvents, timeout_s: floa
             time.sleep(LOAD_POLL_S)
 
 
-def _status(actor: str) -> ShardStatus | None:
+def _status(actor: str, handle: Any | None = None) -> ShardStatus | None:
     import ray
 
-    handle = find_actor(actor)
+    handle = handle if handle is not None else find_actor(actor)
     if handle is None:
         return None
     try:

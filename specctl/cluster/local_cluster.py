@@ -61,14 +61,20 @@ class LocalCluster:
             raise LocalClusterError(f"the head node {self.head.spec.name} is not running")
         return running.gcs_address
 
-    def start(self, head_address: str | None = None) -> str:
+    def start(self, head_address: str | None = None, fresh_head: bool = False) -> str:
         """Start every node not already running (idempotent); returns the GCS address.
-        Without `head_address` the first node is the head; with one, all join it."""
+        Without `head_address` the first node is the head; with one, all join it
+        (`fresh_head`: that head was just started). Where the head was started anew, a
+        worker found running is restarted: it had joined the GCS that died with the old head
+        (at the same address), and the new one does not know it."""
         workers = self.nodes
         if head_address is None:
+            fresh_head = self.head.running is None
             head_address = self.head.start(None).gcs_address
             workers = self.nodes[1:]
         for node in workers:
+            if fresh_head and node.running is not None:
+                node.stop()
             node.start(head_address)
         return head_address
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from daemon.specd.process_tree import process_argv
 from db import Store
 from tests.distributed.ray_cluster import ray_processes_under
 
@@ -252,6 +253,57 @@ def test_a_node_added_then_removed_is_started_then_stopped(
     after = cli.status()
     assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
     assert after["server_pid"] == before["server_pid"]
+
+
+def _raylets(root: Path) -> list[int]:
+    return [
+        pid
+        for pid in ray_processes_under(root)
+        if Path((process_argv(pid) or [""])[0]).name == "raylet"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("node", "said"),
+    [
+        (DRAFTER_NODE, "drafter r0 on drafter-node (its Ray restarted)"),
+        ("verifier-node", "server replacing the serving process"),  # the head: a new GCS
+    ],
+)
+def test_a_node_whose_raylet_died_is_started_again(
+    deployment: tuple[Cli, Path], node: str, said: str
+) -> None:
+    """A raylet killed under its node: the node's log monitor outlived it, the node counted
+    as running, apply's start was a no-op, and apply waited out its timeout for a drafter
+    that could not be placed. Now the node is found dead, its remnants ended, and it starts
+    again with the shards it held; where it was the head, with every node and shard of the
+    new GCS, and a serving process that joined it (the old one answered 503s)."""
+    cli, config = deployment
+    node_root = cli.ray_root() / node
+    (raylet,) = _raylets(node_root)
+    os.kill(raylet, signal.SIGKILL)
+    started = time.monotonic()
+    done = cli.apply(config)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(now := _raylets(node_root)) == 1 and now[0] != raylet
+    assert said in done.stderr, done.stderr
+    deadline = time.monotonic() + 30  # the server watches its shards every 2 s
+    while True:
+        status = cli.status()
+        states = [(s["id"], s["state"], s["pid"], s["error"]) for s in status["shards"]]
+        if all(s[1] == "ready" for s in states) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert status["problems"] == [], status["problems"]
+    assert all(s[1] == "ready" for s in states), f"{states}\n{done.stderr}"
+    out = _client(cli).completions.create(
+        model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
+    )
+    assert out.usage is not None and out.usage.completion_tokens == 4
+    assert took < 200, f"apply took {took:.0f} s"
+    again = cli.apply(config)
+    assert "changed: nothing" in again.stdout, again.stdout + again.stderr
 
 
 def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:
