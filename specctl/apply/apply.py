@@ -16,8 +16,9 @@ from pathlib import Path
 
 from db import DeploymentRow, Store
 from specctl.apply.cluster_up import ClusterUp, bring_up, retire_nodes
-from specctl.apply.down import take_down
+from specctl.apply.down import take_down_unlocked
 from specctl.apply.events import ApplyEvents
+from specctl.apply.home_lock import home_lock
 from specctl.apply.server_up import check_server_address, ensure_server
 from specctl.apply.shards import DesiredShard, deploy_shards, desired_shards
 from specctl.apply.state import AppliedState, ServerState
@@ -63,6 +64,18 @@ def apply_deployment(
     config, plan = _validate_and_plan(config_path, events)
     ServerRecord.load(home.server_file)  # a record that cannot be trusted: before anything runs
     home.ensure()  # after the checks: a file refused leaves nothing behind
+    with home_lock(home, "apply"):  # one apply or down at a time (home_lock.py)
+        return _apply_locked(config_path, config, plan, home, events, opts)
+
+
+def _apply_locked(
+    config_path: Path,
+    config: ClusterConfig,
+    plan: Plan,
+    home: SpecctlHome,
+    events: ApplyEvents,
+    opts: ApplyOptions,
+) -> ApplyResult:
     previous = AppliedState.load(home.state_file)
     if previous is not None and previous.deployment != plan.deployment:
         raise ApplyError(
@@ -133,7 +146,7 @@ def apply_deployment(
         # a first apply that failed: nothing of it is left running (a bad model path left two
         # Ray nodes, a loaded drafter and a failed verifier, and a status saying to apply again)
         events.step("rollback", "started", "stopping what this first apply started")
-        leftover = take_down(home, events)
+        leftover = take_down_unlocked(home, events)
         events.step("rollback", "done" if not leftover else "failed")
         raise ApplyError(
             f"{str(exc).strip() or type(exc).__name__} (this first apply's nodes, shards and "

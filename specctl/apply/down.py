@@ -10,6 +10,7 @@ from db import Store
 from db.errors import StoreError
 from specctl.apply.cluster_up import take_down_nodes
 from specctl.apply.events import ApplyEvents
+from specctl.apply.home_lock import home_lock
 from specctl.apply.state import AppliedState, StateError
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalNodeSpec
@@ -23,7 +24,14 @@ logger = logging.getLogger(__name__)
 
 def take_down(home: SpecctlHome, events: ApplyEvents) -> list[int]:
     """Stop the deployment recorded under `home`; returns pids that would not die (empty:
-    clean). Safe to run twice, and after a partial apply."""
+    clean). Safe to run twice, and after a partial apply. HomeBusyError while an apply or
+    another down runs on the same home."""
+    with home_lock(home, "down"):
+        return take_down_unlocked(home, events)
+
+
+def take_down_unlocked(home: SpecctlHome, events: ApplyEvents) -> list[int]:
+    """take_down, for a caller that holds the home's lock (apply, rolling back)."""
     leftover: list[int] = []
     try:
         record = ServerRecord.load(home.server_file)
