@@ -376,7 +376,11 @@ def apply_command(
     raise typer.Exit(run_apply(config_file, as_json, load_timeout_s))
 
 
-@app.command("status", help="The deployment: endpoint, shards with role and node, live figures.")
+@app.command(
+    "status",
+    help="The deployment: endpoint, shards with role and node, live figures. Exit 0: all of "
+    "it serving; 3: applied, but a shard or the server is not ready; 1: nothing applied.",
+)
 def status_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (endpoint, shards, live)."),
 ) -> None:

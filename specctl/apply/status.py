@@ -64,8 +64,19 @@ class StatusReport:
     live: LiveFigures | None = None
     problems: list[str] = field(default_factory=list)
 
+    @property
+    def is_healthy(self) -> bool:
+        """Applied, serving, every shard ready, nothing wrong seen."""
+        return (
+            self.deployment is not None
+            and not self.problems
+            and self.is_server_alive
+            and self.server_status == "ready"
+            and all(s.state == "ready" for s in self.shards)
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "is_healthy": self.is_healthy}
 
 
 def read_status(home: SpecctlHome) -> StatusReport:

@@ -17,6 +17,7 @@ from specctl.home import SpecctlHome
 
 EXIT_FAILED = 1
 EXIT_INVALID = 2
+EXIT_DEGRADED = 3  # status: applied, but not all of it serving (a shard down, no server)
 
 
 def run_apply(config_file: Path, as_json: bool, load_timeout_s: float) -> int:
@@ -84,7 +85,9 @@ def run_status(as_json: bool) -> int:
         print(json.dumps(report.to_json(), indent=2))
     else:
         _print_status(report)
-    return 0 if report.deployment is not None else EXIT_FAILED
+    if report.deployment is None:
+        return EXIT_FAILED
+    return 0 if report.is_healthy else EXIT_DEGRADED
 
 
 def _print_status(report: StatusReport) -> None:

@@ -200,8 +200,10 @@ def serve_app(
     listeners: Sequence[SnapshotListener] = (),
     observers: Sequence[ServingObserver] = (),
     extend: Callable[[FastAPI], None] | None = None,
+    serving_problem: Callable[[], str | None] | None = None,
 ) -> None:
-    """Bind, answer while `loader` brings the backend up, serve until SIGINT/SIGTERM."""
+    """Bind, answer while `loader` brings the backend up, serve until SIGINT/SIGTERM.
+    `serving_problem`: why the backend, up, cannot serve now (/health answers 503 then)."""
     sock = bind(opts.host, opts.port)
     signals = _Signals()
     fatal: list[str] = []
@@ -220,6 +222,7 @@ def serve_app(
             snapshot_listeners=[StatsLogger(), *listeners],
             observers=list(observers),
             on_fatal=on_fatal,
+            serving_problem=serving_problem,
         ),
     )
     if extend is not None:

@@ -99,7 +99,7 @@ def run_serve_deployment(opts: ServeOptions) -> None:
         history.start()
         nodes.start()
     try:
-        serve_app(load, opts, api_key, listeners, listeners, extend)
+        serve_app(load, opts, api_key, listeners, listeners, extend, watcher.serving_problem)
     finally:
         watcher.stop()
         if nodes:

@@ -72,6 +72,10 @@ class ShardReport:
     checked_unix_s: float = 0.0
 
 
+# the shards a replica cannot answer without (a drafter down only slows it)
+SERVING_ROLES = ("verifier", "stage")
+
+
 class ShardWatcher:
     """Asks every shard for its status every few seconds, on a thread of its own."""
 
@@ -94,6 +98,24 @@ class ShardWatcher:
     def reports(self) -> list[dict[str, Any]]:
         with self._lock:
             return [asdict(r) for r in self._reports]
+
+    def serving_problem(self) -> str | None:
+        """Why no replica can serve, from the latest look (None: one can, or none was looked
+        at yet). A replica serves while its verifier and pipeline stages are ready; a
+        drafter down only slows it (the verifier decodes on its own meanwhile)."""
+        with self._lock:
+            reports = list(self._reports)
+        by_replica: dict[int, list[ShardReport]] = {}
+        for report in reports:
+            if report.role in SERVING_ROLES:
+                by_replica.setdefault(report.replica, []).append(report)
+        broken: list[str] = []
+        for shards in by_replica.values():
+            down = [r for r in shards if r.state not in ("ready", "unknown")]
+            if not down:
+                return None
+            broken += [f"{r.id} {r.state}" + (f" ({r.error})" if r.error else "") for r in down]
+        return "no replica can serve: " + "; ".join(broken) if broken else None
 
     def _run(self) -> None:
         while not self._stop.is_set():

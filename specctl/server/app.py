@@ -65,6 +65,8 @@ class AppOptions:
     snapshot_listeners: list[SnapshotListener] = field(default_factory=list)
     observers: list[ServingObserver] = field(default_factory=list)  # told of every request
     on_fatal: Callable[[str], None] | None = None  # the backend could not come up
+    # why the backend, up, cannot serve now (a deployment's verifier failed): /health's 503
+    serving_problem: Callable[[], str | None] | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
     body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S  # a body slower gets a 408
 
@@ -216,6 +218,11 @@ def _add_routes(app: FastAPI, state: ServingState) -> None:
         body: dict[str, Any] = {"status": state.status, "pid": os.getpid()}
         if state.failure:
             body["error"] = state.failure
+        check = state.options.serving_problem
+        if state.status == "ready" and check is not None and (problem := check()):
+            # up, but every request would fail: a load balancer must not send it any
+            body.update(status="degraded", error=problem)
+            return JSONResponse(body, status_code=503)
         return JSONResponse(body, status_code=200 if state.status == "ready" else 503)
 
     @app.get("/metrics")

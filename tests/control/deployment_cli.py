@@ -105,9 +105,12 @@ class Cli:
         return self.run("apply", str(config), timeout_s=APPLY_TIMEOUT_S)
 
     def status(self) -> dict[str, Any]:
+        """`status --json`; exit 0 where all of it serves, 3 where not (a shard loading)."""
         done = self.run("status", "--json")
-        assert done.returncode == 0, done.stdout + done.stderr
-        return json.loads(done.stdout)
+        assert done.returncode in (0, 3), done.stdout + done.stderr
+        report = json.loads(done.stdout)
+        assert (done.returncode == 0) == report["is_healthy"], done.stdout
+        return report
 
     def ray_root(self) -> Path:
         return SpecctlHome.resolve(self.home).ray_root

@@ -14,11 +14,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
 from daemon.specd.process_tree import process_argv
 from db import Store
+from specctl.apply.shards import VERIFIER_RESTARTS
 from tests.distributed.ray_cluster import ray_processes_under
 
 from .deployment_cli import (
@@ -72,6 +74,9 @@ def test_apply_prints_the_endpoint_and_status_shows_the_shards(
         assert by_role["drafter"]["node"] == DRAFTER_NODE
     for shard in status["shards"]:  # each reports running where the plan put it
         assert shard["state"] == "ready" and shard["running_on"] == shard["node"], shard
+    assert status["is_healthy"]
+    health = httpx.get(status["endpoint"].removesuffix("/v1") + "/health", timeout=10)
+    assert health.status_code == 200 and health.json()["status"] == "ready"
 
 
 def test_openai_client_greedy_equals_generate_target_only(deployment: tuple[Cli, Path]) -> None:
@@ -253,6 +258,55 @@ def test_a_node_added_then_removed_is_started_then_stopped(
     after = cli.status()
     assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
     assert after["server_pid"] == before["server_pid"]
+
+
+def _verifier(cli: Cli) -> dict:
+    return next(s for s in cli.status()["shards"] if s["role"] == "verifier")
+
+
+def test_a_verifier_gone_for_good_fails_health_until_apply_replaces_it(
+    deployment: tuple[Cli, Path],
+) -> None:
+    """/health said ready, and `status` exited 0, while every request got a 503: the
+    verifier had died more often than Ray restarts it."""
+    cli, config = deployment
+    health_url = cli.status()["endpoint"].removesuffix("/v1") + "/health"
+    killed: set[int] = set()
+    for _ in range(VERIFIER_RESTARTS + 1):  # fewer where an earlier test used some up
+        deadline = time.monotonic() + 120
+        while True:
+            shard = _verifier(cli)
+            ready = shard["state"] == "ready" and shard["pid"] not in killed
+            if ready or shard["error"] == "no such actor":
+                break
+            assert time.monotonic() < deadline, shard
+            time.sleep(0.5)
+        if not ready:
+            break
+        killed.add(shard["pid"])
+        os.kill(shard["pid"], signal.SIGKILL)
+    assert killed
+    deadline = time.monotonic() + 60
+    while (health := httpx.get(health_url, timeout=10)).status_code == 200:
+        assert time.monotonic() < deadline, "the verifier came back: Ray restarted it again"
+        time.sleep(1)
+    assert health.status_code == 503, health.text
+    assert health.json()["status"] == "degraded"
+    assert "no replica can serve: test-demo.r0.verifier" in health.json()["error"]
+    done = cli.run("status")
+    assert done.returncode == 3, done.stdout + done.stderr
+    done = cli.apply(config)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verifier r0 on verifier-node" in done.stderr, done.stderr
+    deadline = time.monotonic() + 30  # the server looks at its shards every 2 s
+    while cli.run("status").returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert cli.status()["is_healthy"]
+    assert httpx.get(health_url, timeout=10).status_code == 200
+    out = _client(cli).completions.create(
+        model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
+    )
+    assert out.usage is not None and out.usage.completion_tokens == 4
 
 
 def _raylets(root: Path) -> list[int]:
