@@ -215,7 +215,7 @@ def deploy_shards(
         events.step(f"remove {gone}", "done")
     started: list[str] = []
     changed_live: list[str] = []
-    handles: dict[str, Any] = {}  # of those started: by name, a killed one's may answer
+    handles: dict[str, Any] = {}  # the started ones' own (by name: a killed one's may answer)
     for shard in desired:
         name = _step_name(shard)
         old = before.get(shard.actor)
