@@ -222,12 +222,25 @@ def main() -> None:
     print(f"hung (> {CLIENT_TIMEOUT_S:.0f} s)      {tally.hung}; threads stuck: {stuck or 'none'}")
     print(f"latency p50/p99/max  {p(0.5):.2f} / {p(0.99):.2f} / {lat[-1]:.2f} s")
     print(f"applies (live k)     {len(applies)}: " + "; ".join(applies))
-    print(f"status at the end    {'ok' if status.returncode == 0 else status.stderr[-200:]}")
+    print(f"status at the end    {_status_said(status)}")
     print(f"down                 {'ok' if down.returncode == 0 else down.stderr[-200:]}")
     for line in tally.mismatched[:5]:
         print("  mismatch:", line[:300])
     if tally.hung or tally.mismatched or stuck:
         raise SystemExit(1)
+
+
+def _status_said(done: subprocess.CompletedProcess) -> str:
+    """ok, or what is not: exit 3 (applied, not all of it ready) says it in its JSON."""
+    if done.returncode == 0:
+        return "ok"
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        return done.stderr[-200:] or f"exit {done.returncode}"
+    shards = ", ".join(f"{s['id']} {s['state']}" for s in report.get("shards", []))
+    problems = "; ".join(report.get("problems", []))
+    return f"exit {done.returncode}: server {report.get('server_status')}, {shards} {problems}"
 
 
 if __name__ == "__main__":

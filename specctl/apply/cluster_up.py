@@ -208,6 +208,11 @@ def _specd_start(
     if fresh_head and not data.get("started"):
         _specd_stop(node, token_file)
         data = _specd_call(node, token_file, "POST", "/v1/ray/start", body)
+        if not data.get("started"):  # stopped, yet found running: still the dead GCS's
+            raise ClusterUpError(
+                f"node {node.name}: its Ray had joined the old head's GCS, and stopping it "
+                "did not take (its specd found it running again)"
+            )
     if data.get("started"):
         started.append(node)
     return str(data["status"]["gcs_address"])

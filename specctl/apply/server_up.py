@@ -90,7 +90,16 @@ def check_bindable(host: str, port: int) -> None:
 
 
 def _healthy(url: str) -> bool:
+    """Whether the serving process answers as up: ready, or `degraded` (up, while no
+    verifier could serve at its watcher's last look: one apply just replaced, which it finds
+    within a few seconds; restarted for that, it lost its history and in-flight requests)."""
     try:
-        return httpx.get(f"{url}/health", timeout=HEALTH_CHECK_TIMEOUT_S).status_code == 200
+        response = httpx.get(f"{url}/health", timeout=HEALTH_CHECK_TIMEOUT_S)
     except httpx.HTTPError:
+        return False
+    if response.status_code == 200:
+        return True
+    try:
+        return response.status_code == 503 and response.json().get("status") == "degraded"
+    except ValueError:
         return False

@@ -216,11 +216,16 @@ def deploy_shards(
     started: list[str] = []
     changed_live: list[str] = []
     handles: dict[str, Any] = {}  # the started ones' own (by name: a killed one's may answer)
+    # a verifier finds its pipeline stages once, at load: one whose stage is replaced (its
+    # node restarted) is replaced with it, or it calls the dead stage's handle forever
+    lost_stages = {d.replica for d in desired if d.role == "stage" and d.node in lost_nodes}
     for shard in desired:
         name = _step_name(shard)
         old = before.get(shard.actor)
         handle = find_actor(shard.actor)
-        lost = shard.node in lost_nodes
+        lost = shard.node in lost_nodes or (
+            shard.role == "verifier" and shard.replica in lost_stages
+        )
         reused = (
             None if old is None or handle is None or lost else _reuse(shard, old, handle, events)
         )
@@ -230,7 +235,12 @@ def deploy_shards(
             continue
         if handle is not None:
             kill_actor(shard.actor)
-        events.step(name, "started", f"on {shard.node}" + (" (its Ray restarted)" if lost else ""))
+        why = ""
+        if shard.node in lost_nodes:
+            why = " (its Ray restarted)"
+        elif lost:
+            why = " (a pipeline stage's Ray restarted)"
+        events.step(name, "started", f"on {shard.node}{why}")
         tp = getattr(shard.spec, "tensor_parallel_size", 1)
         # Ray does not restart a tensor-parallel shard (rank 0 could not gather its group
         # again) nor a pipeline stage (its KV cache empty, it could not serve the verifier's

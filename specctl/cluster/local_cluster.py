@@ -74,7 +74,12 @@ class LocalCluster:
             workers = self.nodes[1:]
         for node in workers:
             if fresh_head and node.running is not None:
-                node.stop()
+                leftover = node.stop()
+                if leftover:  # still joined to the dead GCS: a start would find it running
+                    raise LocalClusterError(
+                        f"local node {node.spec.name}: joined to the old head's GCS, and pids "
+                        f"{', '.join(map(str, leftover))} of it would not stop"
+                    )
             node.start(head_address)
         return head_address
 

@@ -90,6 +90,11 @@ class ShardWatcher:
         self._thread = threading.Thread(target=self._run, name="shard-watch", daemon=True)
 
     def start(self) -> None:
+        """Look once now, then every interval on the thread: a status read just after the
+        server said ready found every shard "unknown" (not looked at yet), and exited 3."""
+        fresh = [self._check(r) for r in self._reports]
+        with self._lock:
+            self._reports = fresh
         self._thread.start()
 
     def stop(self) -> None:
@@ -118,11 +123,10 @@ class ShardWatcher:
         return "no replica can serve: " + "; ".join(broken) if broken else None
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self._interval_s):
             fresh = [self._check(r) for r in self._reports]
             with self._lock:
                 self._reports = fresh
-            self._stop.wait(self._interval_s)
 
     def _check(self, report: ShardReport) -> ShardReport:
         import ray

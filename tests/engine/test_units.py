@@ -13,6 +13,7 @@ from daemon.runtime.engine.controller import (
     MAX_EXPLORE_EVERY,
     MIN_COST_SAMPLES,
     MIN_EXPLORE_EVIDENCE,
+    MIN_EXPLORE_ROUNDS,
     PROBE_EVERY,
     ControllerConfig,
     SpeculationController,
@@ -389,28 +390,32 @@ def test_exploration_is_rarer_where_it_pays_a_catch_up() -> None:
     assert ctl._explore_every == MAX_EXPLORE_EVERY
 
 
-def test_exploring_keeps_its_pace_until_the_estimate_rests_on_enough_drafts() -> None:
+@pytest.mark.parametrize("batch", [16, 1])
+def test_exploring_keeps_its_pace_until_the_estimate_rests_on_enough_drafts(batch: int) -> None:
     """The wide bench target at 16 sequences of prose (CPU): the warm-up's first rounds, 42
     drafts, estimated position 1 at 0.71 where fixed k = 2 measured 0.90; plain decoding won
     at that, the catch-up priced exploring MAX_EXPLORE_EVERY rounds apart, and the estimate
-    was never corrected. Until MIN_EXPLORE_EVIDENCE drafts, exploring keeps its pace."""
-    ctl = _costed(0.0008, {1: 0.0016, 2: 0.0016, 9: 0.050}, batch=16)
-    ctl.costs.record_overhead(16, 0, 0.0016)
-    ctl.costs.record_overhead(16, 1, 0.0024)
+    was never corrected. Until MIN_EXPLORE_EVIDENCE drafts (MIN_EXPLORE_ROUNDS rounds' worth
+    at a small batch: at batch 1, 64 drafts would take 64 exploratory rounds), exploring
+    keeps its pace."""
+    ctl = _costed(0.0008, {1: 0.0016, 2: 0.0016, 9: 0.050}, batch=batch)
+    ctl.costs.record_overhead(batch, 0, 0.0016)
+    ctl.costs.record_overhead(batch, 1, 0.0024)
     for behind in (16, 32, 16, 32):  # feeding costs 0.08 ms a token: over the budget
-        ctl.costs.record_catch_up(16, 1, behind, 0.0008 + 0.00008 * behind)
-    ests = [ctl.new_estimate() for _ in range(16)]
+        ctl.costs.record_catch_up(batch, 1, behind, 0.0008 + 0.00008 * behind)
+    ests = [ctl.new_estimate() for _ in range(batch)]
+    needed = min(MIN_EXPLORE_EVIDENCE, MIN_EXPLORE_ROUNDS * batch)
     rounds = 0
     while True:
         for est in ests:  # every sequence's first draft accepted half the time
             ctl.observe(est, 1, rounds % 2)
         rounds += 1
         ctl._plain_batch = None
-        assert ctl.choose(ests, [8] * 16) == [0] * 16
-        if ctl.global_estimate.reached[0] >= MIN_EXPLORE_EVIDENCE:
+        assert ctl.choose(ests, [8] * batch) == [0] * batch
+        if ctl.global_estimate.reached[0] >= needed:
             break
         assert ctl._explore_every == EXPLORE_EVERY
-    assert rounds > 2
+    assert MIN_EXPLORE_ROUNDS <= rounds <= MIN_EXPLORE_ROUNDS + 1
     assert ctl._explore_every == MAX_EXPLORE_EVERY
 
 

@@ -2,12 +2,16 @@
 its drafter on a third: status lists the stage on its node, the official client's greedy output
 equals target-only `specctl generate`, and `specctl down` leaves no process."""
 
+import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
+from daemon.specd.process_tree import process_argv
 from tests.control.deployment_cli import (
     DEMO_DRAFT,
     DEMO_TARGET,
@@ -17,6 +21,7 @@ from tests.control.deployment_cli import (
     greedy_ids,
     target_only_ids,
 )
+from tests.distributed.ray_cluster import ray_processes_under
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -94,3 +99,26 @@ def test_second_apply_changes_nothing(deployment: Cli) -> None:
     after = deployment.status()
     assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
     assert "changed: nothing" in done.stdout
+
+
+def test_a_stage_node_whose_raylet_died_takes_its_verifier_along(deployment: Cli) -> None:
+    """The verifier finds its stages once, at load: with the stage alone replaced, it called
+    the dead stage's handle, and every request failed until another apply."""
+    before = deployment.status()
+    node_root = deployment.ray_root() / "stage-node"
+    raylets = [
+        pid
+        for pid in ray_processes_under(node_root)
+        if Path((process_argv(pid) or [""])[0]).name == "raylet"
+    ]
+    assert len(raylets) == 1
+    os.kill(raylets[0], signal.SIGKILL)
+    done = deployment.apply(Path(before["config_path"]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verifier r0 on verifier-node (a pipeline stage's Ray restarted)" in done.stderr
+    deadline = time.monotonic() + 30  # the server looks at its shards every 2 s
+    while not (status := deployment.status())["is_healthy"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert status["is_healthy"], status
+    client = openai.OpenAI(base_url=status["endpoint"], api_key="-", timeout=60, max_retries=0)
+    assert greedy_ids(client, PROMPTS) == target_only_ids(PROMPTS)

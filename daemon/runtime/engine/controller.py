@@ -86,9 +86,11 @@ feeding one plain round's tokens costs more than the budget's share of that roun
 interval does, and exploration waits MAX_EXPLORE_EVERY rounds. A draft model takes a new
 sequence's prompt at its first drafts, not at admission (draft_model.py): where plain
 decoding wins until the sequence ends, its prefill is not paid at all.
-Until the engine-wide estimate rests on MIN_EXPLORE_EVIDENCE drafts at position 1, though,
-exploring keeps the EXPLORE_EVERY pace, whatever its price: the estimate that chose plain
-decoding is then a few rounds' worth, and with exploring put off it is never corrected. On
+Until the engine-wide estimate rests on MIN_EXPLORE_EVIDENCE drafts at position 1 (or
+MIN_EXPLORE_ROUNDS rounds' worth at a smaller batch: at batch 1, 64 drafts would take 64
+exploratory rounds), though, exploring keeps the EXPLORE_EVERY pace, whatever its price: the
+estimate that chose plain decoding is then a few rounds' worth, and with exploring put off it
+is never corrected. On
 the wide bench target at 16 sequences of prose (CPU), the warm-up batch's first round and two
 exploratory rounds, 42 drafts over 8 distinct prompts, estimated position 1 at 0.71 where
 fixed k = 2 measured 0.90 over 370; priced at 0.71, k = 2 lost to plain decoding, the catch-up
@@ -150,7 +152,8 @@ EXPLORE_EVERY = 16  # rounds at K = 0 between two exploratory speculative rounds
 EXPLORE_BUDGET = 0.02  # their predicted loss, as a share of the time in plain rounds between
 MAX_EXPLORE_EVERY = 512  # ... but never more rounds than this apart (a loss mispredicted)
 MIN_EXPLORE_EVIDENCE = 64.0  # drafts at position 1 the engine-wide estimate rests on, at least,
-# before an exploratory round's price may put exploring off (_best_k)
+# before an exploratory round's price may put exploring off (_best_k) ...
+MIN_EXPLORE_ROUNDS = 4  # ... or this many rounds' worth at the batch size, where fewer
 PROBE_EVERY = 8  # rounds at K > 0 between two probes (K + 1, or an unmeasured length)
 KEEP_CHOICE_ROUNDS = 8  # rounds of the same batch a speculative choice is made for at most
 KEEP_CHOICE_SHARE = 0.01  # ... where making it took this share of its round's price or more
@@ -565,7 +568,8 @@ class SpeculationController:
         # first round stands in for it, and that round's one-time costs (on an H200, 134 ms
         # for 7 steps that later took ~1.3 ms each) would put exploring off for good
         catch_up = self.costs.catch_up_line(batch, learned_only=True)
-        if self.global_estimate.reached[0] >= MIN_EXPLORE_EVIDENCE:
+        evidence = min(MIN_EXPLORE_EVIDENCE, MIN_EXPLORE_ROUNDS * batch)
+        if self.global_estimate.reached[0] >= evidence:
             self._explore_every = _exploration_interval(tokens, costs, batch, catch_up)
         return best_k
 
