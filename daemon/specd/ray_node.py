@@ -237,12 +237,7 @@ class RayNode:
         if node is None:
             return False
         needed = set(HEAD_PROCESSES if node.role == "head" else WORKER_PROCESSES)
-        marker = str(self._config.ray_temp_dir)
-        for pid in session_pids(node.session_id):
-            argv = process_argv(pid)
-            if argv and Path(argv[0]).name in needed and any(marker in a for a in argv[1:]):
-                needed.discard(Path(argv[0]).name)
-        return not needed
+        return needed <= set(self._remnants(node).values())
 
     def _end_dead(self) -> None:
         """End what is left of a node found dead (its log monitor, a head's GCS, ...) before
@@ -293,15 +288,17 @@ class RayNode:
         self._state_file.unlink(missing_ok=True)
         return None
 
-    def _remnants(self, node: RunningNode) -> list[int]:
-        """The node's processes still running (its session's, with its temp dir in their
-        command line: a session id outlives a reboot, and another program may have it)."""
+    def _remnants(self, node: RunningNode) -> dict[int, str]:
+        """The node's processes still running, pid -> executable name (its session's, with
+        its temp dir in their command line: a session id outlives a reboot, and another
+        program may have it)."""
         marker = str(self._config.ray_temp_dir)
-        return [
-            pid
-            for pid in session_pids(node.session_id)
-            if any(marker in a for a in (process_argv(pid) or [])[1:])
-        ]
+        found: dict[int, str] = {}
+        for pid in session_pids(node.session_id):
+            argv = process_argv(pid)
+            if argv and any(marker in a for a in argv[1:]):
+                found[pid] = Path(argv[0]).name
+        return found
 
 
 def failure_cause(output: str) -> str:

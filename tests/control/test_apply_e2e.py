@@ -18,10 +18,9 @@ import httpx
 import openai
 import pytest
 
-from daemon.specd.process_tree import process_argv
 from db import Store
 from specctl.apply.shards import VERIFIER_RESTARTS
-from tests.distributed.ray_cluster import ray_processes_under
+from tests.distributed.ray_cluster import ray_processes_under, raylet_pids
 
 from .deployment_cli import (
     PROMPTS,
@@ -309,14 +308,6 @@ def test_a_verifier_gone_for_good_fails_health_until_apply_replaces_it(
     assert out.usage is not None and out.usage.completion_tokens == 4
 
 
-def _raylets(root: Path) -> list[int]:
-    return [
-        pid
-        for pid in ray_processes_under(root)
-        if Path((process_argv(pid) or [""])[0]).name == "raylet"
-    ]
-
-
 @pytest.mark.parametrize(
     ("node", "said"),
     [
@@ -334,13 +325,13 @@ def test_a_node_whose_raylet_died_is_started_again(
     new GCS, and a serving process that joined it (the old one answered 503s)."""
     cli, config = deployment
     node_root = cli.ray_root() / node
-    (raylet,) = _raylets(node_root)
+    (raylet,) = raylet_pids(node_root)
     os.kill(raylet, signal.SIGKILL)
     started = time.monotonic()
     done = cli.apply(config)
     took = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
-    assert len(now := _raylets(node_root)) == 1 and now[0] != raylet
+    assert len(now := raylet_pids(node_root)) == 1 and now[0] != raylet
     assert said in done.stderr, done.stderr
     deadline = time.monotonic() + 30  # the server watches its shards every 2 s
     while True:

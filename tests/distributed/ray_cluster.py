@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from daemon.cluster_token import generate_token, write_token
+from daemon.specd.process_tree import process_argv
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalNodeSpec
 from specctl.deploy.ray_connect import connect, disconnect
@@ -52,6 +53,15 @@ class TestCluster:
                 os.environ[key] = value
         shutil.rmtree(self.root, ignore_errors=True)
         return leftover
+
+
+def raylet_pids(root: Path) -> list[int]:
+    """The raylets among ray_processes_under(root)."""
+    return [
+        pid
+        for pid in ray_processes_under(root)
+        if Path((process_argv(pid) or [""])[0]).name == "raylet"
+    ]
 
 
 def ray_processes_under(root: Path) -> list[int]:

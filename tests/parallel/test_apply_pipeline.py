@@ -11,7 +11,6 @@ from pathlib import Path
 import openai
 import pytest
 
-from daemon.specd.process_tree import process_argv
 from tests.control.deployment_cli import (
     DEMO_DRAFT,
     DEMO_TARGET,
@@ -21,7 +20,7 @@ from tests.control.deployment_cli import (
     greedy_ids,
     target_only_ids,
 )
-from tests.distributed.ray_cluster import ray_processes_under
+from tests.distributed.ray_cluster import raylet_pids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -106,11 +105,7 @@ def test_a_stage_node_whose_raylet_died_takes_its_verifier_along(deployment: Cli
     the dead stage's handle, and every request failed until another apply."""
     before = deployment.status()
     node_root = deployment.ray_root() / "stage-node"
-    raylets = [
-        pid
-        for pid in ray_processes_under(node_root)
-        if Path((process_argv(pid) or [""])[0]).name == "raylet"
-    ]
+    raylets = raylet_pids(node_root)
     assert len(raylets) == 1
     os.kill(raylets[0], signal.SIGKILL)
     done = deployment.apply(Path(before["config_path"]))
