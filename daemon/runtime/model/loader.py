@@ -57,25 +57,19 @@ def load_model(
     model_dir = Path(path)
     raw = read_raw_config(model_dir)
     source = str(model_dir / "config.json")
-    if backend not in BACKENDS:
-        choices = ", ".join(BACKENDS)
-        raise ModelLoadError(f"unsupported backend '{backend}'; choose one of {choices}")
+    check_backend(backend)
     if num_slots < 1:
         raise ModelLoadError(f"num_slots must be at least 1, got {num_slots}")
     torch_dtype = resolve_dtype(dtype, raw, source)
     max_len = resolve_max_model_len(max_model_len, raw, source)
     torch_device = torch.device(device)
-    if _use_lean(raw, backend, source):
+    if uses_lean(raw, backend, source):
         config = ModelConfig.from_dict(raw, source=source)
         model = load_lean(
             model_dir, config, torch_dtype, torch_device, num_slots, max_len, progress, tp, layers
         )
         return _ready(model, torch_device)
-    if (tp is not None and tp.size > 1) or layers is not None:
-        raise ModelLoadError(
-            f"{source}: tensor and pipeline parallelism need the lean runner, which does not "
-            "support this architecture"
-        )
+    check_parallel_on_hf(source, tp.size if tp is not None else 1, layers)
     from daemon.runtime.model.hf_fallback import HFCausalLM
 
     total_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
@@ -144,7 +138,22 @@ def resolve_max_model_len(requested: int | None, raw: dict[str, Any], source: st
     return requested
 
 
-def _use_lean(raw: dict[str, Any], backend: str, source: str) -> bool:
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        choices = ", ".join(BACKENDS)
+        raise ModelLoadError(f"unsupported backend '{backend}'; choose one of {choices}")
+
+
+def check_parallel_on_hf(source: str, tensor_parallel_size: int, layers: object) -> None:
+    """The transformers fallback runs the whole model in one process."""
+    if tensor_parallel_size > 1 or layers is not None:
+        raise ModelLoadError(
+            f"{source}: tensor and pipeline parallelism need the lean runner, which does not "
+            "support this architecture"
+        )
+
+
+def uses_lean(raw: dict[str, Any], backend: str, source: str) -> bool:
     architectures = raw.get("architectures") or ["<none>"]
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
@@ -202,6 +211,27 @@ def _load_param(
 ) -> torch.Tensor:
     """The checkpoint tensor(s) for lean parameter `name`, fused parts concatenated on dim 0;
     on a tensor-parallel rank, this rank's shard of them (sharding.py)."""
+    sources = checkpoint_sources(name, tuple(param.shape), model)
+    module_name, kind = name.rsplit(".", 2)[-2:]
+    rank, size = model.tp.rank, model.tp.size
+    if module_name in ROW_PARALLEL and size > 1:
+        return shard_row_parallel(_checked(reader, *sources[0]), kind, rank, size)
+    if module_name not in FUSED_PARTS:
+        return _checked(reader, *sources[0])
+    tensors = []
+    for part, (hf_name, shape) in zip(FUSED_PARTS[module_name], sources, strict=True):
+        # each part whole as the checkpoint holds it, then this rank's rows of it
+        _, chunks, index = fused_part(model.config, part, rank, size)
+        tensors.append(rank_part(_checked(reader, hf_name, shape), 0, index, chunks))
+    return torch.cat(tensors, dim=0)
+
+
+def checkpoint_sources(
+    name: str, shape: tuple[int, ...], model: LlamaForCausalLM
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The checkpoint tensors lean parameter `name` (this rank's `shape`) is read from, each
+    with the whole shape config.json implies: the tensor of that name, or a fused
+    projection's parts (q/k/v, gate/up) in order."""
     if name.startswith("layers.") and model.layer_offset:  # a pipeline stage's own numbering
         _, index, rest = name.split(".", 2)
         name = f"layers.{int(index) + model.layer_offset}.{rest}"
@@ -209,23 +239,25 @@ def _load_param(
     prefix, module_name, kind = ("", *hf_name.rsplit(".", 2))[-3:]
     rank, size = model.tp.rank, model.tp.size
     if module_name in ROW_PARALLEL and size > 1:
-        whole = _checked(reader, hf_name, full_shape(module_name, kind, tuple(param.shape), size))
-        return shard_row_parallel(whole, kind, rank, size)
+        return [(hf_name, full_shape(module_name, kind, shape, size))]
     if module_name not in FUSED_PARTS:
-        return _checked(reader, hf_name, tuple(param.shape))
-    tensors = []
-    for part in FUSED_PARTS[module_name]:
-        # each part whole as the checkpoint holds it, then this rank's rows of it
-        rows, chunks, index = fused_part(model.config, part, rank, size)
-        whole = _checked(reader, f"{prefix}.{part}.{kind}", (rows, *param.shape[1:]))
-        tensors.append(rank_part(whole, 0, index, chunks))
-    return torch.cat(tensors, dim=0)
+        return [(hf_name, shape)]
+    return [
+        (f"{prefix}.{part}.{kind}", (fused_part(model.config, part, rank, size)[0], *shape[1:]))
+        for part in FUSED_PARTS[module_name]
+    ]
 
 
 def _checked(reader: TensorReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
     tensor = reader.get(name)
-    if tuple(tensor.shape) != shape:
-        raise ModelLoadError(
-            f"tensor '{name}' has shape {tuple(tensor.shape)}, expected {shape} from config.json"
-        )
+    check_shape(reader.directory, name, tuple(tensor.shape), shape)
     return tensor
+
+
+def check_shape(
+    model_dir: Path, name: str, found: tuple[int, ...], expected: tuple[int, ...]
+) -> None:
+    if found != expected:
+        raise ModelLoadError(
+            f"{model_dir}: tensor '{name}' has shape {found}, expected {expected} from config.json"
+        )

@@ -34,7 +34,8 @@ def tensor_files(path: Path) -> dict[str, Path]:
 class TensorReader:
     """Loads named tensors on demand, keeping each file open once."""
 
-    def __init__(self, files: dict[str, Path], handles: dict[Path, Any]) -> None:
+    def __init__(self, directory: Path, files: dict[str, Path], handles: dict[Path, Any]) -> None:
+        self.directory = directory
         self.files = files
         self._handles = handles
 
@@ -43,7 +44,7 @@ class TensorReader:
 
     def get(self, name: str) -> torch.Tensor:
         if name not in self.files:
-            raise ModelLoadError(f"missing tensor '{name}' in the checkpoint")
+            raise ModelLoadError(f"{self.directory}: missing tensor '{name}' in the checkpoint")
         file = self.files[name]
         try:
             return self._handles[file].get_tensor(name)
@@ -57,7 +58,7 @@ def open_checkpoint(path: Path) -> Iterator[TensorReader]:
     files = tensor_files(path)
     with ExitStack() as stack:
         handles = {file: stack.enter_context(_open(file)) for file in set(files.values())}
-        yield TensorReader(files, handles)
+        yield TensorReader(path, files, handles)
 
 
 def _open(file: Path) -> Any:
@@ -67,3 +68,22 @@ def _open(file: Path) -> Any:
         return safe_open(str(file), framework="pt", device="cpu")
     except Exception as exc:  # safetensors raises its own error types
         raise ModelLoadError(f"{file}: cannot open safetensors file: {exc}") from exc
+
+
+def header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor of the checkpoint in `path` with its shape, from the safetensors headers
+    alone (no tensor data is read). Every file is opened: one missing, truncated or not
+    safetensors at all is a ModelLoadError naming it, as is an index naming a tensor its file
+    does not hold."""
+    files = tensor_files(path)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(set(files.values())):
+        with _open(file) as handle:
+            held = set(handle.keys())
+            for name in sorted(n for n, f in files.items() if f == file):
+                if name not in held:
+                    raise ModelLoadError(
+                        f"{file}: no tensor '{name}', which {INDEX_FILE} puts there"
+                    )
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
