@@ -2,7 +2,8 @@
 
 A shard that already runs with the same fingerprint (model, dtype, node, sizes, proposer) is
 left alone; a verifier whose only change is its speculation settings (k, adaptive) is changed
-live; anything else is replaced. Drafters are deployed before the verifiers that reach them.
+live; anything else is replaced, once its model is found to load on its node (preflight.py).
+Drafters are deployed before the verifiers that reach them.
 """
 
 import hashlib
@@ -13,6 +14,7 @@ from typing import Any
 
 from daemon.shard.specs import DrafterSpec, RankSpec, ShardStatus, StageSpec, VerifierSpec
 from specctl.apply.events import ApplyEvents
+from specctl.apply.preflight import check_replacements
 from specctl.apply.state import ShardState
 from specctl.config.cluster import ClusterConfig
 from specctl.deploy.actors import (
@@ -210,35 +212,47 @@ def deploy_shards(
     old one dead, and one found then "ready" went down again to restart after apply."""
     before = {s.actor: s for s in previous}
     wanted = {d.actor for d in desired}
+    # a verifier finds its pipeline stages once, at load: one whose stage is replaced (its
+    # node restarted) is replaced with it, or it calls the dead stage's handle forever
+    lost_stages = {d.replica for d in desired if d.role == "stage" and d.node in lost_nodes}
+    handles_now = {d.actor: find_actor(d.actor) for d in desired}
+    up = {actor for actor, handle in handles_now.items() if handle is not None and _is_up(handle)}
+    lost = {
+        d.actor
+        for d in desired
+        if d.node in lost_nodes or (d.role == "verifier" and d.replica in lost_stages)
+    }
+    kept = {
+        d.actor
+        for d in desired
+        if d.actor in up
+        and d.actor not in lost
+        and (old := before.get(d.actor)) is not None
+        and old.fingerprint == d.fingerprint
+    }
+    # before anything stops, a running shard is replaced only by one whose model would load
+    # (one on a restarted node is not running: Ray has yet to mark it dead)
+    replacing = [d for d in desired if d.actor in up and d.actor not in kept | lost]
+    check_replacements(replacing, events)
     for gone in before.keys() - wanted:
         kill_actor(gone)
         events.step(f"remove {gone}", "done")
     started: list[str] = []
     changed_live: list[str] = []
     handles: dict[str, Any] = {}  # the started ones' own (by name: a killed one's may answer)
-    # a verifier finds its pipeline stages once, at load: one whose stage is replaced (its
-    # node restarted) is replaced with it, or it calls the dead stage's handle forever
-    lost_stages = {d.replica for d in desired if d.role == "stage" and d.node in lost_nodes}
     for shard in desired:
         name = _step_name(shard)
-        old = before.get(shard.actor)
-        handle = find_actor(shard.actor)
-        lost = shard.node in lost_nodes or (
-            shard.role == "verifier" and shard.replica in lost_stages
-        )
-        reused = (
-            None if old is None or handle is None or lost else _reuse(shard, old, handle, events)
-        )
-        if reused is not None:
-            if reused:
-                changed_live.append(reused)
+        handle = handles_now[shard.actor]
+        if shard.actor in kept:
+            if changed := _keep(shard, before[shard.actor], handle, events):
+                changed_live.append(changed)
             continue
         if handle is not None:
             kill_actor(shard.actor)
         why = ""
         if shard.node in lost_nodes:
             why = " (its Ray restarted)"
-        elif lost:
+        elif shard.actor in lost:
             why = " (a pipeline stage's Ray restarted)"
         events.step(name, "started", f"on {shard.node}{why}")
         tp = getattr(shard.spec, "tensor_parallel_size", 1)
@@ -280,14 +294,12 @@ def _rank_template(spec: VerifierSpec | DrafterSpec) -> RankSpec:
     )
 
 
-def _reuse(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvents) -> str | None:
+def _keep(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvents) -> str:
     """Keep a running shard started with the same fingerprint, changing its speculation
-    settings live if only they differ. None: it must be replaced; "": kept as it was; else
-    what was changed live ("<actor> speculation k=2, adaptive off")."""
+    settings live if only they differ: "" (kept as it was) or what was changed live
+    ("<actor> speculation k=2, adaptive off")."""
     import ray
 
-    if old.fingerprint != shard.fingerprint or not _is_up(handle):
-        return None
     name = _step_name(shard)
     # a verifier Ray restarted (its process died) runs the settings it was created with, not
     # those changed live since: what it runs now is compared too (it said "already running"

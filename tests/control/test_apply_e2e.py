@@ -6,6 +6,7 @@ k that changes only that, and a down that leaves no process behind."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -23,6 +24,7 @@ from specctl.apply.shards import VERIFIER_RESTARTS
 from tests.distributed.ray_cluster import ray_processes_under, raylet_pids
 
 from .deployment_cli import (
+    DEMO_TARGET,
     PROMPTS,
     SERVED_MODEL,
     Cli,
@@ -231,6 +233,44 @@ def test_a_move_to_a_taken_port_leaves_the_endpoint_serving(
     assert out.usage is not None and out.usage.completion_tokens == 4
 
 
+def test_a_changed_model_that_would_not_load_leaves_the_verifier_serving(
+    deployment: tuple[Cli, Path], tmp_path: Path
+) -> None:
+    """A new target path whose weights file was cut short: apply stopped the serving verifier,
+    then the new one failed to load, and no request could be served. Now the new model is
+    checked on its node first, and nothing is stopped; a good one replaces the verifier."""
+    cli, config = deployment
+    before = cli.status()
+    text = config.read_text()
+    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
+    weights = copy / "model.safetensors"
+    whole = weights.read_bytes()
+    weights.write_bytes(whole[: len(whole) // 2])
+    config.write_text(text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"'))
+    try:
+        done = cli.apply(config)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "nothing was changed; the running shards keep serving" in done.stderr, done.stderr
+        assert f"verifier-node: {weights}: cannot open safetensors file" in done.stderr
+        after = cli.status()
+        assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
+        assert after["server_pid"] == before["server_pid"]
+        assert cli.run("status").returncode == 0
+        out = _client(cli).completions.create(
+            model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
+        )
+        assert out.usage is not None and out.usage.completion_tokens == 4
+        weights.write_bytes(whole)  # the same model, whole: it is checked, then replaces
+        done = cli.apply(config)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "model directories would load" in done.stderr, done.stderr
+        assert _verifier(cli)["pid"] != _verifier_of(before)["pid"]
+        assert greedy_ids(_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+    finally:
+        config.write_text(text)
+        assert cli.apply(config).returncode == 0
+
+
 def test_a_node_added_then_removed_is_started_then_stopped(
     deployment: tuple[Cli, Path],
 ) -> None:
@@ -260,7 +300,11 @@ def test_a_node_added_then_removed_is_started_then_stopped(
 
 
 def _verifier(cli: Cli) -> dict:
-    return next(s for s in cli.status()["shards"] if s["role"] == "verifier")
+    return _verifier_of(cli.status())
+
+
+def _verifier_of(status: dict) -> dict:
+    return next(s for s in status["shards"] if s["role"] == "verifier")
 
 
 def test_a_verifier_gone_for_good_fails_health_until_apply_replaces_it(
