@@ -92,7 +92,7 @@ class ShardWatcher:
     def start(self) -> None:
         """Look once now, then every interval on the thread: a status read just after the
         server said ready found every shard "unknown" (not looked at yet), and exited 3."""
-        fresh = [self._check(r) for r in self._reports]
+        fresh = self._look(self._reports)
         with self._lock:
             self._reports = fresh
         self._thread.start()
@@ -124,28 +124,47 @@ class ShardWatcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            fresh = [self._check(r) for r in self._reports]
+            fresh = self._look(self._reports)
             with self._lock:
                 self._reports = fresh
 
-    def _check(self, report: ShardReport) -> ShardReport:
+    def _look(self, reports: list[ShardReport]) -> list[ShardReport]:
+        """Every shard asked at once: one whose node hangs costs a look one timeout, not one
+        per shard (the first look is made before the server says ready)."""
         import ray
 
-        out = ShardReport(report.id, report.role, report.replica, report.node, "unreachable")
-        out.checked_unix_s = time.time()
-        try:
-            handle = find_actor(report.id)
-            if handle is None:
-                out.error = "no such actor"
-                return out
-            status = ray.get(handle.status.remote(), timeout=STATUS_CALL_TIMEOUT_S)
-        except Exception as exc:
-            out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            return out
-        out.state, out.running_on, out.pid, out.error = (
-            status.state,
-            status.node_name,
-            status.pid,
-            status.error,
-        )
-        return out
+        now = time.time()
+        fresh: list[ShardReport] = []
+        calls: list[tuple[ShardReport, Any]] = []
+        for report in reports:
+            out = ShardReport(report.id, report.role, report.replica, report.node, "unreachable")
+            out.checked_unix_s = now
+            fresh.append(out)
+            try:
+                handle = find_actor(report.id)
+                if handle is None:
+                    out.error = "no such actor"
+                    continue
+                calls.append((out, handle.status.remote()))
+            except Exception as exc:
+                out.error = _said(exc)
+        if calls:
+            refs = [ref for _, ref in calls]
+            ray.wait(refs, num_returns=len(refs), timeout=STATUS_CALL_TIMEOUT_S)
+        for out, ref in calls:
+            try:
+                status = ray.get(ref, timeout=0)  # answered within the wait, or not at all
+            except Exception as exc:
+                out.error = _said(exc)
+                continue
+            out.state, out.running_on, out.pid, out.error = (
+                status.state,
+                status.node_name,
+                status.pid,
+                status.error,
+            )
+        return fresh
+
+
+def _said(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
