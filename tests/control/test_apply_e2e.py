@@ -271,6 +271,47 @@ def test_a_changed_model_that_would_not_load_leaves_the_verifier_serving(
         assert cli.apply(config).returncode == 0
 
 
+def _drafted(cli: Cli) -> float:
+    """The serving process's count of draft tokens (its Prometheus metrics)."""
+    text = httpx.get(cli.status()["endpoint"].removesuffix("/v1") + "/metrics", timeout=10).text
+    match = re.search(r"^vllm:spec_decode_num_draft_tokens_total\{[^}]*\} (\S+)$", text, re.M)
+    assert match, text[:2000]
+    return float(match.group(1))
+
+
+def test_a_frozen_drafter_slows_requests_but_never_stops_them(
+    deployment: tuple[Cli, Path],
+) -> None:
+    """The drafter's process stopped (SIGSTOP: a node that hangs, not one that dies): the
+    verifier's calls to it time out, it decodes alone, with the same output; status says the
+    drafter is unreachable while /health, which only a verifier can fail, stays 200. Once
+    the process runs again, speculation resumes."""
+    cli, _ = deployment
+    health_url = cli.status()["endpoint"].removesuffix("/v1") + "/health"
+    drafter = next(s for s in cli.status()["shards"] if s["role"] == "drafter")
+    os.kill(drafter["pid"], signal.SIGSTOP)
+    try:
+        assert greedy_ids(_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+        states = {s["role"]: s["state"] for s in cli.status()["shards"]}
+        assert states == {"verifier": "ready", "drafter": "unreachable"}, states
+        assert cli.run("status").returncode == 3
+        assert httpx.get(health_url, timeout=10).status_code == 200
+    finally:
+        os.kill(drafter["pid"], signal.SIGCONT)
+    before = _drafted(cli)
+    deadline = time.monotonic() + 60  # the verifier probes a lost drafter now and then
+    while _drafted(cli) == before:
+        assert time.monotonic() < deadline, "speculation did not resume"
+        out = _client(cli).completions.create(
+            model=SERVED_MODEL, prompt=PROMPTS[1], max_tokens=16, temperature=0
+        )
+        assert out.usage is not None and out.usage.completion_tokens == 16
+    deadline = time.monotonic() + 30
+    while cli.run("status").returncode != 0:
+        assert time.monotonic() < deadline, cli.status()["shards"]
+        time.sleep(0.5)
+
+
 def test_a_node_added_then_removed_is_started_then_stopped(
     deployment: tuple[Cli, Path],
 ) -> None:
