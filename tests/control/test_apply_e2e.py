@@ -21,6 +21,7 @@ import pytest
 
 from db import Store
 from specctl.apply.shards import VERIFIER_RESTARTS
+from specctl.deploy.remote_backend import CALL_TIMEOUT_S as REMOTE_CALL_S
 from tests.distributed.ray_cluster import ray_processes_under, raylet_pids
 
 from .deployment_cli import (
@@ -309,6 +310,44 @@ def test_a_frozen_drafter_slows_requests_but_never_stops_them(
     deadline = time.monotonic() + 30
     while cli.run("status").returncode != 0:
         assert time.monotonic() < deadline, cli.status()["shards"]
+        time.sleep(0.5)
+
+
+def test_a_frozen_verifier_fails_requests_in_time_and_serves_again_once_it_runs(
+    deployment: tuple[Cli, Path],
+) -> None:
+    """The verifier's process stopped (a hung node): a request in flight ends with an error
+    within the backend's call timeout rather than waiting for ever, /health says degraded;
+    once the process runs again the same shard serves, with no apply."""
+    cli, _ = deployment
+    endpoint = cli.status()["endpoint"]
+    health_url = endpoint.removesuffix("/v1") + "/health"
+    verifier = _verifier(cli)
+    body = {"model": SERVED_MODEL, "prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0}
+    os.kill(verifier["pid"], signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        response = httpx.post(f"{endpoint}/completions", json=body, timeout=REMOTE_CALL_S + 60)
+        took = time.monotonic() - started
+        assert response.status_code >= 500, response.text
+        assert "error" in response.json(), response.text
+        assert took < REMOTE_CALL_S + 30, f"the request waited {took:.0f} s"
+        deadline = time.monotonic() + 30  # the server looks at its shards every 2 s
+        while (health := httpx.get(health_url, timeout=10)).status_code == 200:
+            assert time.monotonic() < deadline, health.text
+            time.sleep(0.5)
+        assert health.status_code == 503 and health.json()["status"] == "degraded", health.text
+    finally:
+        os.kill(verifier["pid"], signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while (response := httpx.post(f"{endpoint}/completions", json=body, timeout=90)).is_error:
+        assert time.monotonic() < deadline, response.text
+        time.sleep(1)
+    assert response.json()["usage"]["completion_tokens"] == 8
+    assert _verifier(cli)["pid"] == verifier["pid"]  # the same process, not a restart
+    deadline = time.monotonic() + 30
+    while httpx.get(health_url, timeout=10).status_code != 200:
+        assert time.monotonic() < deadline
         time.sleep(0.5)
 
 
