@@ -14,7 +14,7 @@ from typing import Any
 
 from daemon.shard.specs import DrafterSpec, RankSpec, ShardStatus, StageSpec, VerifierSpec
 from specctl.apply.events import ApplyEvents
-from specctl.apply.preflight import check_replacements
+from specctl.apply.preflight import check_before_replacing
 from specctl.apply.state import ShardState
 from specctl.config.cluster import ClusterConfig
 from specctl.deploy.actors import (
@@ -50,6 +50,12 @@ class DesiredShard:
     spec: VerifierSpec | DrafterSpec | StageSpec
     fingerprint: str
     speculation: str  # verifiers: the settings applied live
+
+    @property
+    def step_name(self) -> str:
+        """How apply's steps name it: "verifier r0", "stage1 r0" (a replica's stages apart)."""
+        role = self.actor.rsplit(".", 1)[-1] if self.role == "stage" else self.role
+        return f"{role} r{self.replica}"
 
     def state(self) -> ShardState:
         return ShardState(
@@ -215,25 +221,33 @@ def deploy_shards(
     # a verifier finds its pipeline stages once, at load: one whose stage is replaced (its
     # node restarted) is replaced with it, or it calls the dead stage's handle forever
     lost_stages = {d.replica for d in desired if d.role == "stage" and d.node in lost_nodes}
-    handles_now = {d.actor: find_actor(d.actor) for d in desired}
-    up = {actor for actor, handle in handles_now.items() if handle is not None and _is_up(handle)}
     lost = {
         d.actor
         for d in desired
         if d.node in lost_nodes or (d.role == "verifier" and d.replica in lost_stages)
     }
+    handles_now = {d.actor: find_actor(d.actor) for d in desired}
+    # a shard on a restarted node is not asked (Ray has yet to mark it dead: a call there may
+    # wait out its timeout); it is replaced whatever it says
+    up = {
+        actor
+        for actor, handle in handles_now.items()
+        if actor not in lost and handle is not None and _is_up(handle)
+    }
     kept = {
         d.actor
         for d in desired
         if d.actor in up
-        and d.actor not in lost
         and (old := before.get(d.actor)) is not None
         and old.fingerprint == d.fingerprint
     }
-    # before anything stops, a running shard is replaced only by one whose model would load
-    # (one on a restarted node is not running: Ray has yet to mark it dead)
-    replacing = [d for d in desired if d.actor in up and d.actor not in kept | lost]
-    check_replacements(replacing, events)
+    # before anything stops: a running shard is replaced only where every shard this apply
+    # starts would load (preflight.py)
+    check_before_replacing(
+        [d for d in desired if d.actor in up and d.actor not in kept],
+        [d for d in desired if d.actor not in kept],
+        events,
+    )
     for gone in before.keys() - wanted:
         kill_actor(gone)
         events.step(f"remove {gone}", "done")
@@ -241,7 +255,7 @@ def deploy_shards(
     changed_live: list[str] = []
     handles: dict[str, Any] = {}  # the started ones' own (by name: a killed one's may answer)
     for shard in desired:
-        name = _step_name(shard)
+        name = shard.step_name
         handle = handles_now[shard.actor]
         if shard.actor in kept:
             if changed := _keep(shard, before[shard.actor], handle, events):
@@ -300,7 +314,7 @@ def _keep(shard: DesiredShard, old: ShardState, handle: Any, events: ApplyEvents
     ("<actor> speculation k=2, adaptive off")."""
     import ray
 
-    name = _step_name(shard)
+    name = shard.step_name
     # a verifier Ray restarted (its process died) runs the settings it was created with, not
     # those changed live since: what it runs now is compared too (it said "already running"
     # and went on drafting the old k)
@@ -331,10 +345,6 @@ def _running_speculation(handle: Any) -> str | None:
         return None
     live = {"num_speculative_tokens": info.num_speculative_tokens, "adaptive": info.adaptive}
     return json.dumps(live, sort_keys=True)
-
-
-def _step_name(shard: DesiredShard) -> str:
-    return f"{shard.role} r{shard.replica}"
 
 
 def _is_up(handle: Any) -> bool:
@@ -378,13 +388,13 @@ def wait_loaded(
             events.loading(actor, status.node_name, status.loaded_bytes, status.total_bytes)
             if status.state == "ready":
                 events.step(
-                    _step_name(shard),
+                    shard.step_name,
                     "done",
                     f"loaded on {status.node_name} in {status.load_time_s:.1f} s",
                 )
                 del pending[actor]
             elif status.state == "failed":
-                events.step(_step_name(shard), "failed", status.error or "failed to load")
+                events.step(shard.step_name, "failed", status.error or "failed to load")
                 raise ShardError(f"{actor} on {shard.node} failed to load: {status.error}")
         if pending:
             time.sleep(LOAD_POLL_S)

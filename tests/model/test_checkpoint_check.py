@@ -123,3 +123,36 @@ def test_a_pipeline_stage_beyond_the_checkpoints_layers_is_refused(
     check_checkpoint(model_dir, layers=(0, 2))
     with pytest.raises(ModelLoadError, match=r"missing tensor 'model\.layers\.2\."):
         check_checkpoint(model_dir, layers=(2, 3))
+
+
+def test_an_index_entry_no_load_reads_may_be_misplaced(
+    tmp_path: Path, tiny_checkpoint: TinyFactory
+) -> None:
+    """load_model reads only the tensors it needs: a stale index entry for another tensor
+    (a head stripped from the files) does not keep it from loading, nor the check."""
+    model_dir = Path(shutil.copytree(tiny_checkpoint("llama", sharded=True), tmp_path / "model"))
+    index = json.loads((model_dir / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.extra_head.weight"] = next(iter(index["weight_map"].values()))
+    (model_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+    check_checkpoint(model_dir)
+    load_model(model_dir)
+
+
+@pytest.fixture
+def gpt2_dir(tmp_path: Path) -> Path:
+    """A checkpoint the lean runner does not run: transformers loads it."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    path = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2)).save_pretrained(path)
+    return path
+
+
+def test_the_transformers_fallback_opens_its_files_and_runs_whole(gpt2_dir: Path) -> None:
+    check_checkpoint(gpt2_dir)
+    load_model(gpt2_dir)
+    with pytest.raises(ModelLoadError, match="tensor and pipeline parallelism need the lean"):
+        check_checkpoint(gpt2_dir, tensor_parallel_size=2)
+    _truncate(gpt2_dir)
+    with pytest.raises(ModelLoadError, match=r"model\.safetensors: cannot open safetensors"):
+        check_checkpoint(gpt2_dir)

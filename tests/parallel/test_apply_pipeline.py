@@ -3,6 +3,7 @@ its drafter on a third: status lists the stage on its node, the official client'
 equals target-only `specctl generate`, and `specctl down` leaves no process."""
 
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from safetensors.torch import load_file, save_file
 
 from tests.control.deployment_cli import (
     DEMO_DRAFT,
@@ -117,3 +119,40 @@ def test_a_stage_node_whose_raylet_died_takes_its_verifier_along(deployment: Cli
     assert status["is_healthy"], status
     client = openai.OpenAI(base_url=status["endpoint"], api_key="-", timeout=60, max_retries=0)
     assert greedy_ids(client, PROMPTS) == target_only_ids(PROMPTS)
+
+
+def test_a_new_stage_that_would_not_load_stops_no_running_shard(
+    deployment: Cli, tmp_path: Path
+) -> None:
+    """A third stage added (on the drafter's node) with a model whose last layers are not in
+    its weights: the running verifier and stage are replaced to reach it, and were stopped
+    before it failed to load. Every shard the apply starts is now checked first, the new one
+    (which runs nowhere yet) too."""
+    before = deployment.status()
+    config = Path(before["config_path"])
+    text = config.read_text()
+    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
+    tensors = load_file(copy / "model.safetensors")
+    last_two = ("model.layers.4.", "model.layers.5.")
+    kept = {n: t for n, t in tensors.items() if not n.startswith(last_two)}
+    save_file(kept, copy / "model.safetensors", metadata={"format": "pt"})
+    changed = text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"')
+    changed = changed.replace(
+        'nodes = ["verifier-node", "stage-node"]\npipeline_split = [4, 2]',
+        'nodes = ["verifier-node", "stage-node", "drafter-node"]\npipeline_split = [2, 2, 2]',
+    )
+    assert changed.count(str(copy)) == 1 and "[2, 2, 2]" in changed
+    config.write_text(changed)
+    try:
+        done = deployment.apply(config)
+    finally:
+        config.write_text(text)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = f"stage2 r0 on drafter-node: {copy}: missing tensor 'model.layers.4."
+    assert said in done.stderr, done.stderr
+    assert "no running shard was stopped" in done.stderr
+    after = deployment.status()
+    assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
+    assert after["is_healthy"], after
+    again = deployment.apply(config)
+    assert "changed: nothing" in again.stdout, again.stdout + again.stderr

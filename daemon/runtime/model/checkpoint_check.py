@@ -6,7 +6,6 @@ from pathlib import Path
 
 import torch
 
-from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.config import ModelConfig
 from daemon.runtime.model.llama import LlamaForCausalLM
 from daemon.runtime.model.loader import (
@@ -19,7 +18,7 @@ from daemon.runtime.model.loader import (
     resolve_max_model_len,
     uses_lean,
 )
-from daemon.runtime.model.weights import header_shapes
+from daemon.runtime.model.weights import INDEX_FILE, SINGLE_FILE, read_headers
 from daemon.runtime.parallel.group import TensorParallel
 
 META = torch.device("meta")  # shapes only: the model is built without memory behind it
@@ -46,8 +45,12 @@ def check_checkpoint(
     max_len = resolve_max_model_len(max_model_len, raw, source)
     if not uses_lean(raw, backend, source):
         check_parallel_on_hf(source, tensor_parallel_size, layers)
-        return  # transformers reads the checkpoint its own way (it may be .bin files)
-    shapes = header_shapes(model_dir)
+        # transformers reads the checkpoint its own way (it may be .bin files): the files
+        # are opened where they are safetensors, and no tensor is asked for
+        if (model_dir / SINGLE_FILE).is_file() or (model_dir / INDEX_FILE).is_file():
+            read_headers(model_dir)
+        return
+    headers = read_headers(model_dir)
     model = LlamaForCausalLM(
         ModelConfig.from_dict(raw, source=source),
         max_model_len=max_len,
@@ -59,6 +62,4 @@ def check_checkpoint(
     )
     for name, param in model.state_dict().items():
         for hf_name, shape in checkpoint_sources(name, tuple(param.shape), model):
-            if hf_name not in shapes:
-                raise ModelLoadError(f"{model_dir}: missing tensor '{hf_name}' in the checkpoint")
-            check_shape(model_dir, hf_name, shapes[hf_name], shape)
+            check_shape(model_dir, hf_name, headers.require(model_dir, hf_name), shape)

@@ -3,6 +3,7 @@
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ class TensorReader:
 
     def get(self, name: str) -> torch.Tensor:
         if name not in self.files:
-            raise ModelLoadError(f"{self.directory}: missing tensor '{name}' in the checkpoint")
+            raise missing_tensor(self.directory, name)
         file = self.files[name]
         try:
             return self._handles[file].get_tensor(name)
@@ -70,20 +71,38 @@ def _open(file: Path) -> Any:
         raise ModelLoadError(f"{file}: cannot open safetensors file: {exc}") from exc
 
 
-def header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Each tensor of the checkpoint in `path` with its shape, from the safetensors headers
-    alone (no tensor data is read). Every file is opened: one missing, truncated or not
-    safetensors at all is a ModelLoadError naming it, as is an index naming a tensor its file
-    does not hold."""
+def missing_tensor(model_dir: Path, name: str) -> ModelLoadError:
+    return ModelLoadError(f"{model_dir}: missing tensor '{name}' in the checkpoint")
+
+
+@dataclass(slots=True)
+class Headers:
+    shapes: dict[str, tuple[int, ...]]  # each tensor the checkpoint holds, with its shape
+    misplaced: dict[str, Path]  # tensors the index puts in a file that does not hold them
+
+    def require(self, model_dir: Path, name: str) -> tuple[int, ...]:
+        """The shape of tensor `name`; a ModelLoadError where the checkpoint lacks it."""
+        if name in self.misplaced:
+            raise ModelLoadError(
+                f"{self.misplaced[name]}: no tensor '{name}', which {INDEX_FILE} puts there"
+            )
+        if name not in self.shapes:
+            raise missing_tensor(model_dir, name)
+        return self.shapes[name]
+
+
+def read_headers(path: Path) -> Headers:
+    """The checkpoint in `path`, from its safetensors headers alone (no tensor data is read).
+    Every file is opened: one missing, truncated or not safetensors at all is a ModelLoadError
+    naming it. A tensor the index misplaces is an error only where it is needed."""
     files = tensor_files(path)
-    shapes: dict[str, tuple[int, ...]] = {}
+    headers = Headers({}, {})
     for file in sorted(set(files.values())):
         with _open(file) as handle:
             held = set(handle.keys())
             for name in sorted(n for n, f in files.items() if f == file):
-                if name not in held:
-                    raise ModelLoadError(
-                        f"{file}: no tensor '{name}', which {INDEX_FILE} puts there"
-                    )
-                shapes[name] = tuple(handle.get_slice(name).get_shape())
-    return shapes
+                if name in held:
+                    headers.shapes[name] = tuple(handle.get_slice(name).get_shape())
+                else:
+                    headers.misplaced[name] = file
+    return headers
