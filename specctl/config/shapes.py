@@ -13,10 +13,17 @@ def read_shapes(config: ClusterConfig) -> tuple[dict[str, ModelShape], list[Prob
     shapes: dict[str, ModelShape] = {}
     problems: list[Problem] = []
     for index, model in enumerate(config.models):
+        path = config.resolve_path(model.path)
         try:
-            shapes[model.name] = read_model_shape(config.resolve_path(model.path))
+            shapes[model.name] = read_model_shape(path)
         except ModelShapeError as error:
-            problems.append((("models", index, "path"), str(error)))
+            said = str(error)
+            if not path.exists():  # a typo, or a model kept on its nodes alone
+                said += (
+                    " (on this machine: apply plans from the model's config.json here, and "
+                    "every node loads the model from this same path)"
+                )
+            problems.append((("models", index, "path"), said))
     return shapes, problems
 
 

@@ -145,7 +145,9 @@ CASES = [
     (
         "model directory that does not exist",
         [(EIGHT_B_PATH, f'path = "/nonexistent/llama-8b" {MARK}')],
-        "models[1].path: model directory /nonexistent/llama-8b does not exist",
+        "models[1].path: model directory /nonexistent/llama-8b does not exist (on this machine: "
+        "apply plans from the model's config.json here, and every node loads the model from "
+        "this same path)",
     ),
     (
         "context longer than the model allows",
