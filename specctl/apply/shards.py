@@ -229,11 +229,7 @@ def deploy_shards(
     handles_now = {d.actor: find_actor(d.actor) for d in desired}
     # a shard on a restarted node is not asked (Ray has yet to mark it dead: a call there may
     # wait out its timeout); it is replaced whatever it says
-    up = {
-        actor
-        for actor, handle in handles_now.items()
-        if actor not in lost and handle is not None and _is_up(handle)
-    }
+    up = _up({a: h for a, h in handles_now.items() if a not in lost and h is not None})
     kept = {
         d.actor
         for d in desired
@@ -347,14 +343,23 @@ def _running_speculation(handle: Any) -> str | None:
     return json.dumps(live, sort_keys=True)
 
 
-def _is_up(handle: Any) -> bool:
+def _up(handles: dict[str, Any]) -> set[str]:
+    """The shards that answer "ready" or "loading", all asked at once: a frozen one (its node
+    hung) costs the question one timeout, not one each."""
     import ray
 
-    try:
-        status: ShardStatus = ray.get(handle.status.remote(), timeout=STATUS_TIMEOUT_S)
-    except Exception:
-        return False
-    return status.state in ("ready", "loading")
+    calls = {actor: handle.status.remote() for actor, handle in handles.items()}
+    if calls:
+        ray.wait(list(calls.values()), num_returns=len(calls), timeout=STATUS_TIMEOUT_S)
+    up = set()
+    for actor, ref in calls.items():
+        try:
+            status: ShardStatus = ray.get(ref, timeout=0)  # answered within the wait, or not
+        except Exception:
+            continue
+        if status.state in ("ready", "loading"):
+            up.add(actor)
+    return up
 
 
 def wait_loaded(

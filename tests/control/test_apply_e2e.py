@@ -3,6 +3,7 @@ nodes, the demo pair, the serving process, the official openai client, the metri
 read from another process while requests run, a second apply that changes nothing, a changed
 k that changes only that, and a down that leaves no process behind."""
 
+import contextlib
 import json
 import os
 import re
@@ -308,6 +309,31 @@ def test_a_frozen_drafter_slows_requests_but_never_stops_them(
             model=SERVED_MODEL, prompt=PROMPTS[1], max_tokens=16, temperature=0
         )
         assert out.usage is not None and out.usage.completion_tokens == 16
+    deadline = time.monotonic() + 30
+    while cli.run("status").returncode != 0:
+        assert time.monotonic() < deadline, cli.status()["shards"]
+        time.sleep(0.5)
+
+
+def test_apply_replaces_a_frozen_drafter(deployment: tuple[Cli, Path]) -> None:
+    """A drafter whose process is stopped answers no status: apply takes it for down (within
+    its status timeout, not waiting for ever) and replaces it; the verifier is kept."""
+    cli, config = deployment
+    before = cli.status()
+    drafter = next(s for s in before["shards"] if s["role"] == "drafter")
+    os.kill(drafter["pid"], signal.SIGSTOP)
+    try:
+        done = cli.apply(config)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed by the apply, as it should be
+            os.kill(drafter["pid"], signal.SIGCONT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "drafter r0 on drafter-node" in done.stderr, done.stderr
+    after = cli.status()
+    assert _verifier_of(after)["pid"] == _verifier_of(before)["pid"]
+    now = next(s for s in after["shards"] if s["role"] == "drafter")
+    assert now["pid"] != drafter["pid"]
+    assert not Path(f"/proc/{drafter['pid']}").exists()
     deadline = time.monotonic() + 30
     while cli.run("status").returncode != 0:
         assert time.monotonic() < deadline, cli.status()["shards"]
