@@ -23,6 +23,7 @@ from daemon.specd.body_limit import BodyLimitMiddleware
 from daemon.specd.config import SpecdConfig
 from daemon.specd.inventory import Inventory
 from daemon.specd.log_tail import tail_lines
+from daemon.specd.model_config import ModelConfigError, read_model_config
 from daemon.specd.ray_node import RayNode, RayNodeError
 from daemon.specd.ray_status import query_status
 
@@ -80,6 +81,12 @@ async def _ray_node_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=exc.status_code, content=body.model_dump())
 
 
+async def _model_config_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ModelConfigError)
+    body = ErrorBody(error=exc.message, field="path")
+    return JSONResponse(status_code=exc.status_code, content=body.model_dump())
+
+
 def create_app(
     config: SpecdConfig,
     token: str,
@@ -97,6 +104,7 @@ def create_app(
     )
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RayNodeError, _ray_node_error)
+    app.add_exception_handler(ModelConfigError, _model_config_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
 
@@ -136,5 +144,9 @@ def create_app(
     @app.get("/v1/logs", responses=_ERRORS)
     def logs(lines: int = Query(100, ge=1, le=MAX_LOG_LINES)) -> dict[str, list[str]]:
         return {"lines": tail_lines(config.log_file, lines)}
+
+    @app.get("/v1/model-config", responses={**_ERRORS, 404: {"model": ErrorBody}})
+    def model_config(path: str = Query(..., min_length=1)) -> dict[str, Any]:
+        return {"config": read_model_config(path)}
 
     return app

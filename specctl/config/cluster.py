@@ -4,6 +4,7 @@ from pathlib import Path
 
 from pydantic import PrivateAttr
 
+from daemon.cluster_token import CLIENT_TOKEN_FILE
 from specctl.config.model_shape import ModelShape, read_model_shape
 from specctl.config.schema import ClusterSchema, ModelSpec, NodeSpec
 
@@ -39,6 +40,10 @@ class ClusterConfig(ClusterSchema):
             if model.name == name:
                 return model
         raise KeyError(f"no model named {name!r}")
+
+    def token_path(self, node: NodeSpec) -> Path:
+        """The cluster token file a specd node is reached with."""
+        return self.resolve_path(node.token_file or CLIENT_TOKEN_FILE)
 
     def model_dir(self, name: str) -> Path:
         return self.resolve_path(self.model(name).path)

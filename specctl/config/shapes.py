@@ -1,30 +1,64 @@
 """Checks against the models' shapes (their config.json): layer counts, tensor-parallel sizes,
 context lengths, and that draft and verifier share a vocabulary."""
 
+from pathlib import Path
+
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import Loc
-from specctl.config.model_shape import ModelShape, ModelShapeError, read_model_shape
+from specctl.config.model_shape import (
+    ModelShape,
+    ModelShapeError,
+    read_model_shape,
+    shape_from_config,
+)
+from specctl.config.node_model_config import NodeConfigError, fetch_model_config, loading_nodes
 from specctl.config.references import DRAFTER, VERIFIER, Problem
 
 MAX_TENSOR_PARALLEL = 64
 
 
 def read_shapes(config: ClusterConfig) -> tuple[dict[str, ModelShape], list[Problem]]:
+    """Each model's shape from its config.json: here, or where the model is kept on its nodes
+    alone (nothing at its path on this machine), through the specd of a node that loads it."""
     shapes: dict[str, ModelShape] = {}
     problems: list[Problem] = []
     for index, model in enumerate(config.models):
         path = config.resolve_path(model.path)
         try:
             shapes[model.name] = read_model_shape(path)
+            continue
         except ModelShapeError as error:
             said = str(error)
-            if not path.exists():  # a typo, or a model kept on its nodes alone
-                said += (
-                    " (on this machine: apply plans from the model's config.json here, and "
-                    "every node loads the model from this same path)"
-                )
-            problems.append((("models", index, "path"), said))
+        if not path.exists():
+            shape, said = _from_nodes(config, model.name, path, said)
+            if shape is not None:
+                shapes[model.name] = shape
+                continue
+        problems.append((("models", index, "path"), said))
     return shapes, problems
+
+
+def _from_nodes(
+    config: ClusterConfig, model: str, path: Path, said_here: str
+) -> tuple[ModelShape | None, str]:
+    """The shape from the first specd node that loads `model` and can read it; else None and
+    what each said."""
+    nodes = loading_nodes(config, model)
+    if not nodes:
+        return None, (
+            f"{said_here} (on this machine: apply plans from the model's config.json here, and "
+            "every node loads the model from this same path)"
+        )
+    answers = []
+    for node in nodes:
+        try:
+            raw = fetch_model_config(config, node, path)
+            return shape_from_config(raw, f"{node.name}:{path / 'config.json'}"), ""
+        except (NodeConfigError, ModelShapeError) as error:
+            answers.append(f"node {node.name}'s specd: {error}")
+    return None, f"{said_here} on this machine, nor could it be read on its nodes: " + "; ".join(
+        answers
+    )
 
 
 def check_shapes(config: ClusterConfig, shapes: dict[str, ModelShape]) -> list[Problem]:

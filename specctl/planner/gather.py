@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import httpx
 
-from daemon.cluster_token import CLIENT_TOKEN_FILE, TokenError, read_token
+from daemon.cluster_token import TokenError, read_token
 from daemon.specd.collect import collect_inventory
 from specctl.config.cluster import ClusterConfig
 from specctl.config.schema import NodeSpec
@@ -69,7 +69,7 @@ def _remote_facts(
 
 
 def token_path(config: ClusterConfig, node: NodeSpec) -> Path:
-    return config.resolve_path(node.token_file or CLIENT_TOKEN_FILE)
+    return config.token_path(node)
 
 
 def read_node_tokens(config: ClusterConfig) -> tuple[dict[str, Path], list[str]]:

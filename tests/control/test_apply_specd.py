@@ -2,10 +2,17 @@
 loopback, each starting its node's Ray when apply asks (the first node the head), the demo
 pair's verifier on one and its drafter on the other, the serving process on this machine. A
 head whose raylet died is started again through its specd, the worker is made to join the new
-GCS, the shards are replaced, and `down` stops Ray through both daemons."""
+GCS, the shards are replaced, and `down` stops Ray through both daemons.
+
+Where this machine allows a mount namespace (root), each specd runs in one of its own in which
+the demo models are mounted at a path that does not exist out here: the models are on the
+nodes alone, as on machines apart. The plan then reads their config.json through the specds,
+the shards load them there, and the serving process gets the tokenizer from the verifier."""
 
 import os
+import re
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,15 +22,52 @@ from daemon.cluster_token import generate_token, write_token
 from tests.distributed.ray_cluster import raylet_pids
 from tests.specd.specd_process import SpecdProcess
 
-from .deployment_cli import PROMPTS, Cli, free_port, greedy_ids, local_cluster_file, target_only_ids
+from .deployment_cli import (
+    DEMO_DRAFT,
+    DEMO_TARGET,
+    PROMPTS,
+    Cli,
+    free_port,
+    greedy_ids,
+    local_cluster_file,
+    target_only_ids,
+)
 from .test_apply_e2e import _client
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def specd_cluster_file(path: Path, daemons: dict[str, SpecdProcess], token_file: Path) -> Path:
-    """local_cluster_file's deployment, each node run by its specd."""
-    text = local_cluster_file(path, free_port()).read_text()
+def nodes_only_prefix(models_root: Path) -> tuple[str, ...] | None:
+    """A command prefix that runs a specd in a mount namespace of its own where the demo
+    models are at `models_root`/target and /draft (a tmpfs over the empty `models_root`, so
+    nothing is there outside); None where this machine cannot make one (not root)."""
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return None
+    script = (
+        'mount -t tmpfs specd-models "$0" && mkdir "$0/target" "$0/draft" && '
+        f'mount --bind "{DEMO_TARGET}" "$0/target" && mount --bind "{DEMO_DRAFT}" "$0/draft" '
+        '&& exec "$@"'
+    )
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(models_root))
+
+
+def specd_cluster_file(
+    path: Path, daemons: dict[str, SpecdProcess], token_file: Path, models_root: Path | None
+) -> Path:
+    """local_cluster_file's deployment, each node run by its specd (the models at
+    `models_root`, where given)."""
+    models = (
+        (models_root / "target", models_root / "draft", "float32")
+        if models_root is not None
+        else (DEMO_TARGET, DEMO_DRAFT, "float32")
+    )
+    text = local_cluster_file(path, free_port(), models=models).read_text()
     for name, daemon in daemons.items():
         local = f'name = "{name}"\nspecd = "local"\n'
         assert local in text
@@ -43,10 +87,15 @@ def specd_deployment(
     write_token(token_file, token, force=False)
     daemons: dict[str, SpecdProcess] = {}
     cli = Cli(root / "home")
+    models_root = root / "models-on-nodes"
+    models_root.mkdir()
+    prefix = nodes_only_prefix(models_root)
     try:
         for name in ("verifier-node", "drafter-node"):
-            daemons[name] = SpecdProcess(token_file, token, name)
-        config = specd_cluster_file(root / "cluster.toml", daemons, token_file)
+            daemons[name] = SpecdProcess(token_file, token, name, prefix=prefix or ())
+        config = specd_cluster_file(
+            root / "cluster.toml", daemons, token_file, models_root if prefix else None
+        )
         done = cli.apply(config)
         assert done.returncode == 0, done.stdout + done.stderr
         yield cli, config, daemons
@@ -59,6 +108,18 @@ def specd_deployment(
         cli.run("down", timeout_s=180)
         for daemon in daemons.values():
             daemon.close()
+
+
+def test_the_models_are_on_the_nodes_alone(
+    specd_deployment: tuple[Cli, Path, dict[str, SpecdProcess]],
+) -> None:
+    """Nothing at the models' paths here: the plan read config.json through the specds."""
+    cli, config, _ = specd_deployment
+    paths = re.findall(r'^path = "(.*)"$', config.read_text(), re.M)
+    if str(DEMO_TARGET) in paths:
+        pytest.skip("no mount namespace here (not root): the nodes share this machine's paths")
+    assert len(paths) == 2 and not any(Path(p).exists() for p in paths), paths
+    assert cli.status()["is_healthy"]
 
 
 def test_greedy_output_through_specd_nodes_equals_target_only(

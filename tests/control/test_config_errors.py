@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from specctl.config import ConfigError, load_config
+from tests.control.deployment_cli import DEMO_DRAFT, local_cluster_file
 
 from .cluster_files import EXAMPLES, MARK, SPARK_5090, replace_line, write_cluster, write_model
 
@@ -144,10 +145,16 @@ CASES = [
     ),
     (
         "model directory that does not exist",
-        [(EIGHT_B_PATH, f'path = "/nonexistent/llama-8b" {MARK}')],
-        "models[1].path: model directory /nonexistent/llama-8b does not exist (on this machine: "
-        "apply plans from the model's config.json here, and every node loads the model from "
-        "this same path)",
+        [
+            (EIGHT_B_PATH, f'path = "/nonexistent/llama-8b" {MARK}'),
+            (
+                'specd = "desktop.local:7601"',
+                'specd = "desktop.local:7601"\ntoken_file = "/nonexistent/cluster.token"',
+            ),
+        ],
+        "models[1].path: model directory /nonexistent/llama-8b does not exist on this machine, "
+        "nor could it be read on its nodes: node rtx5090's specd: /nonexistent/cluster.token: "
+        "token file not found (create one with `specctl init`)",
     ),
     (
         "context longer than the model allows",
@@ -327,3 +334,19 @@ def test_api_key_file(
     message = str(caught.value)
     assert message.startswith(f"{path}:{line}: server.api_key_file: {key_file}")
     assert expected in message
+
+
+def test_a_model_missing_here_that_no_specd_node_loads_says_where_it_is_read(
+    tmp_path: Path,
+) -> None:
+    """Local nodes read the model on this machine: no node could say what it is."""
+    config = local_cluster_file(
+        tmp_path / "cluster.toml", 8000, models=(tmp_path / "gone", DEMO_DRAFT, "float32")
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert str(caught.value).endswith(
+        f"models[0].path: model directory {tmp_path / 'gone'} does not exist (on this machine: "
+        "apply plans from the model's config.json here, and every node loads the model from "
+        "this same path)"
+    ), str(caught.value)

@@ -1,12 +1,14 @@
 """The specd API over real HTTP: authentication on every route but /health, and clear 4xx
 errors naming the field for bad requests."""
 
+import json
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from daemon.specd.app import MAX_BODY_BYTES
+from specctl.demo_pair import DEMO_MODELS
 
 from .specd_process import SpecdProcess, free_port
 
@@ -18,6 +20,7 @@ PROTECTED = [
     ("POST", "/v1/ray/stop"),
     ("GET", "/v1/ray/status"),
     ("GET", "/v1/logs"),
+    ("GET", "/v1/model-config?path=/"),
     ("GET", "/v1/no-such-route"),
     ("GET", "/openapi.json"),
     ("GET", "/docs"),
@@ -158,3 +161,33 @@ def test_bad_log_line_counts(specd_single: SpecdProcess, lines: str) -> None:
 
 def test_log_tail_length(specd_single: SpecdProcess) -> None:
     assert len(specd_single.call("GET", "/v1/logs", params={"lines": 2}).json()["lines"]) == 2
+
+
+def test_model_config_is_the_nodes_config_json(specd_single: SpecdProcess) -> None:
+    target = DEMO_MODELS / "target"
+    response = specd_single.call("GET", "/v1/model-config", params={"path": str(target)})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"config": json.loads((target / "config.json").read_text())}
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "said"),
+    [
+        ("relative/model", 422, "path 'relative/model' is not absolute"),
+        ("/nonexistent/model", 404, "model directory /nonexistent/model does not exist on this"),
+        (str(DEMO_MODELS / "target" / "config.json"), 422, "is a file on this node"),
+        (str(DEMO_MODELS), 404, "config.json not found on this node"),
+    ],
+)
+def test_model_config_says_what_is_wrong_with_the_path(
+    specd_single: SpecdProcess, path: str, status: int, said: str
+) -> None:
+    response = specd_single.call("GET", "/v1/model-config", params={"path": path})
+    assert response.status_code == status, response.text
+    assert said in response.json()["error"] and response.json()["field"] == "path"
+
+
+def test_model_config_without_a_path_names_the_parameter(specd_single: SpecdProcess) -> None:
+    response = specd_single.call("GET", "/v1/model-config")
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "query.path"
