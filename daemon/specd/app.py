@@ -5,6 +5,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -29,6 +31,8 @@ from daemon.specd.ray_status import query_status
 
 logger = logging.getLogger(__name__)
 
+MODEL_CONFIG_THREADS = 2
+MODEL_CONFIG_TIMEOUT_S = 10.0
 # A start's body is a role, an address and a few labels: a few hundred bytes
 MAX_BODY_BYTES = 2**20
 BODY_READ_TIMEOUT_S = 30.0
@@ -145,8 +149,21 @@ def create_app(
     def logs(lines: int = Query(100, ge=1, le=MAX_LOG_LINES)) -> dict[str, list[str]]:
         return {"lines": tail_lines(config.log_file, lines)}
 
+    # a read of a hung file system (NFS) never returns: such reads get threads of their own,
+    # so that they cannot take the pool the other routes run on
+    reads = anyio.CapacityLimiter(MODEL_CONFIG_THREADS)
+
     @app.get("/v1/model-config", responses={**_ERRORS, 404: {"model": ErrorBody}})
-    def model_config(path: str = Query(..., min_length=1)) -> dict[str, Any]:
-        return {"config": read_model_config(path)}
+    async def model_config(path: str = Query(..., min_length=1)) -> dict[str, Any]:
+        try:
+            with anyio.fail_after(MODEL_CONFIG_TIMEOUT_S):
+                config = await anyio.to_thread.run_sync(
+                    read_model_config, path, limiter=reads, abandon_on_cancel=True
+                )
+        except TimeoutError:
+            raise ModelConfigError(
+                504, f"reading {path}/config.json took over {MODEL_CONFIG_TIMEOUT_S:g} s here"
+            ) from None
+        return {"config": config}
 
     return app

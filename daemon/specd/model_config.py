@@ -2,6 +2,8 @@
 running `specctl` plans from it where the model is kept on its nodes alone."""
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +28,16 @@ def read_model_config(path: str) -> dict[str, Any]:
         raise ModelConfigError(404, f"model directory {path} does not exist on this node")
     file = directory / "config.json"
     try:
-        with file.open("rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
+        # non-blocking: a FIFO named config.json would hold the open, and a worker, for ever
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ModelConfigError(404, f"{file} not found on this node") from None
     except OSError as exc:
         raise ModelConfigError(422, f"{file}: cannot read it here: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ModelConfigError(422, f"{file} is not a regular file on this node")
+        data = handle.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
         raise ModelConfigError(422, f"{file} is over {MAX_CONFIG_BYTES // 2**20} MiB")
     try:

@@ -348,7 +348,12 @@ def _up(handles: dict[str, Any]) -> set[str]:
     hung) costs the question one timeout, not one each."""
     import ray
 
-    calls = {actor: handle.status.remote() for actor, handle in handles.items()}
+    calls = {}
+    for actor, handle in handles.items():
+        try:
+            calls[actor] = handle.status.remote()
+        except Exception:  # a handle Ray cannot call (its actor gone): down
+            continue
     if calls:
         ray.wait(list(calls.values()), num_returns=len(calls), timeout=STATUS_TIMEOUT_S)
     up = set()

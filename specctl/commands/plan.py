@@ -34,7 +34,8 @@ _VERDICT_WORDS = {
 
 def run_plan(config_path: Path, as_json: bool, mode: ProbeMode, timeout_s: float) -> None:
     try:
-        config = load_config(config_path)
+        # a model kept on its nodes alone is read through them: not where told to ask none
+        config = load_config(config_path, None if mode == "offline" else timeout_s)
     except ConfigError as error:
         for issue in error.issues:
             typer.echo(f"specctl: error: {issue}", err=True)

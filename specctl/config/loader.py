@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import ConfigError, ConfigIssue, Loc
+from specctl.config.node_model_config import FETCH_TIMEOUT_S
 from specctl.config.pydantic_messages import describe
 from specctl.config.references import Problem, check_references
 from specctl.config.shapes import check_shapes, read_shapes
@@ -23,8 +24,10 @@ _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _TOML_END = re.compile(r"\s*\(at end of document\)$")
 
 
-def load_config(path: Path | str) -> ClusterConfig:
-    """Read and check the cluster file at `path`; raise ConfigError listing what is wrong."""
+def load_config(path: Path | str, nodes_timeout_s: float | None = FETCH_TIMEOUT_S) -> ClusterConfig:
+    """Read and check the cluster file at `path`; raise ConfigError listing what is wrong.
+    A model kept on its nodes alone is read through their specds, answers awaited
+    `nodes_timeout_s` (None: no node is asked, and such a model is an error)."""
     file_path = Path(path)
     shown = str(path)
     try:
@@ -40,11 +43,14 @@ def load_config(path: Path | str) -> ClusterConfig:
     except OSError as error:
         issue = ConfigIssue(shown, None, (), f"cannot read it: {error.strerror}")
         raise ConfigError([issue]) from None
-    return load_config_text(text, file_path, shown)
+    return load_config_text(text, file_path, shown, nodes_timeout_s)
 
 
 def load_config_text(
-    text: str, source_path: Path | None = None, shown_name: str | None = None
+    text: str,
+    source_path: Path | None = None,
+    shown_name: str | None = None,
+    nodes_timeout_s: float | None = FETCH_TIMEOUT_S,
 ) -> ClusterConfig:
     """Check cluster.toml text (the TUI's edited buffer). Relative paths start at
     `source_path`'s directory (else the cwd); errors name `shown_name` (else the path)."""
@@ -64,7 +70,7 @@ def load_config_text(
     config.attach(source_path, {})
     if problems := check_references(config):
         raise fail(problems)
-    shapes, problems = read_shapes(config)
+    shapes, problems = read_shapes(config, nodes_timeout_s)
     if problems:
         raise fail(problems)
     if problems := check_shapes(config, shapes):

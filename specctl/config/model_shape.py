@@ -97,13 +97,19 @@ def read_model_shape(model_dir: Path) -> ModelShape:
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ModelShapeError(f"{config_file}: cannot read it: {error}") from None
+    return shape_from_file(raw, str(config_file))
+
+
+def shape_from_file(raw: Any, source: str) -> ModelShape:
+    """The shape a whole config.json (`raw`, parsed) describes: a multimodal checkpoint's is
+    its `text_config`'s."""
     if not isinstance(raw, dict):
-        raise ModelShapeError(f"{config_file}: not a JSON object")
-    if "num_hidden_layers" not in raw and "text_config" in raw:  # a multimodal checkpoint's
+        raise ModelShapeError(f"{source}: not a JSON object")
+    if "num_hidden_layers" not in raw and "text_config" in raw:
         raw = raw["text_config"]
         if not isinstance(raw, dict):
-            raise ModelShapeError(f"{config_file}: 'text_config' must be a JSON object")
-    return shape_from_config(raw, str(config_file))
+            raise ModelShapeError(f"{source}: 'text_config' must be a JSON object")
+    return shape_from_config(raw, source)
 
 
 def shape_from_config(raw: dict[str, Any], source: str) -> ModelShape:

@@ -1,22 +1,23 @@
 """A model's config.json read through the specd of a node that loads it: a model kept on its
 nodes alone (nothing at its path on the machine running `specctl`) is planned from there."""
 
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from daemon.cluster_token import TokenError, read_token
 from specctl.config.cluster import ClusterConfig
 from specctl.config.schema import NodeSpec
 
-FETCH_TIMEOUT_S = 5.0
+FETCH_TIMEOUT_S = 5.0  # all of a model's nodes asked at once, answers awaited this long
 # the TUI checks its buffer as it is edited: an answer had a moment ago is not asked again (a
 # node that did not answer, for less long: it may be starting)
 CACHE_TTL_S = 30.0
 FAILURE_TTL_S = 10.0
-_cache: dict[tuple[str, str], tuple[float, "dict[str, Any] | NodeConfigError"]] = {}
+_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | str]] = {}
+_cache_lock = threading.Lock()
 
 
 class NodeConfigError(Exception):
@@ -24,61 +25,112 @@ class NodeConfigError(Exception):
 
 
 def loading_nodes(config: ClusterConfig, model: str) -> list[NodeSpec]:
-    """The specd nodes of the deployment that load `model`, in the file's order."""
+    """The nodes of the deployment that load `model`, in the file's order."""
     deployment = config.deployment
     names: list[str] = []
     if deployment.verifier.model == model:
         names += deployment.verifier.nodes
     if not deployment.drafter.is_ngram and deployment.drafter.model == model:
         names.append(str(deployment.drafter.node))
-    return [n for n in config.nodes if n.name in names and not n.is_local]
+    return [n for n in config.nodes if n.name in names]
 
 
-def fetch_model_config(config: ClusterConfig, node: NodeSpec, path: Path) -> dict[str, Any]:
-    """GET /v1/model-config from the node's specd; NodeConfigError says why it could not."""
+def first_config(
+    config: ClusterConfig, nodes: list[NodeSpec], path: Path, timeout_s: float
+) -> tuple[NodeSpec | None, dict[str, Any] | None, list[str]]:
+    """Ask every node's specd at once for `path`/config.json: the first that gave it (node,
+    parsed JSON), or (None, None) and what each node said ("node X: why")."""
+    pool = ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="model-config")
+    futures: dict[Future[dict[str, Any]], NodeSpec] = {
+        pool.submit(_cached_fetch, config, node, path, timeout_s): node for node in nodes
+    }
+    said: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = wait(
+                pending, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED
+            )
+            if not done:
+                break
+            for future in done:
+                node = futures[future]
+                try:
+                    return node, future.result(), []
+                except NodeConfigError as error:
+                    said[node.name] = str(error)
+        for future in pending:  # a DNS lookup httpx cannot bound, say: not waited for
+            said[futures[future].name] = f"no answer within {timeout_s:g} s"
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return None, None, [f"node {n.name}: {said[n.name]}" for n in nodes if n.name in said]
+
+
+def _cached_fetch(
+    config: ClusterConfig, node: NodeSpec, path: Path, timeout_s: float
+) -> dict[str, Any]:
     address, token_file = str(node.specd), config.token_path(node)
-    key = (address, str(path))
-    cached = _cache.get(key)
+    key = (address, str(token_file), str(path))
+    with _cache_lock:
+        cached = _cache.get(key)
     if cached is not None:
         at, answer = cached
-        if isinstance(answer, NodeConfigError):
+        if isinstance(answer, str):
             if time.monotonic() - at < FAILURE_TTL_S:
-                raise answer
+                raise NodeConfigError(answer)
         elif time.monotonic() - at < CACHE_TTL_S:
             return answer
     try:
-        raw = _fetch(address, token_file, path)
+        raw = _fetch(address, token_file, path, timeout_s)
     except NodeConfigError as error:
-        _cache[key] = (time.monotonic(), error)
+        with _cache_lock:
+            _cache[key] = (time.monotonic(), str(error))
         raise
-    _cache[key] = (time.monotonic(), raw)
+    with _cache_lock:
+        _cache[key] = (time.monotonic(), raw)
     return raw
 
 
-def _fetch(address: str, token_file: Path, path: Path) -> dict[str, Any]:
+def _fetch(address: str, token_file: Path, path: Path, timeout_s: float) -> dict[str, Any]:
+    """GET /v1/model-config from the specd at `address`; NodeConfigError says why not."""
+    import httpx  # the config package stays light to import (the TUI loads it at start)
+
     try:
         token = read_token(token_file)
     except TokenError as error:
-        raise NodeConfigError(str(error)) from None
-    url = f"http://{address}/v1/model-config"
+        raise NodeConfigError(f"cannot ask its specd: {error}") from None
     try:
         response = httpx.get(
-            url,
+            f"http://{address}/v1/model-config",
             params={"path": str(path)},
             headers={"Authorization": f"Bearer {token}"},
-            timeout=FETCH_TIMEOUT_S,
+            timeout=timeout_s,
         )
     except httpx.TimeoutException:
-        raise NodeConfigError(f"no answer within {FETCH_TIMEOUT_S:g} s") from None
+        raise NodeConfigError(f"specd at {address}: no answer within {timeout_s:g} s") from None
     except httpx.HTTPError as error:
-        raise NodeConfigError(f"unreachable ({type(error).__name__}: {error})") from None
+        raise NodeConfigError(
+            f"specd at {address} unreachable ({type(error).__name__}: {error})"
+        ) from None
     try:
         body = response.json()
     except ValueError:
-        raise NodeConfigError(f"HTTP {response.status_code}, not JSON (is this a specd?)") from None
+        body = None
+    if not isinstance(body, dict):
+        raise NodeConfigError(
+            f"specd at {address}: HTTP {response.status_code}, not a specd's answer"
+        )
     if response.status_code == 401:
-        raise NodeConfigError("specd refused the cluster token (is it the same on both ends?)")
-    if response.status_code != 200 or not isinstance(body.get("config"), dict):
-        said = body.get("error") if isinstance(body, dict) else None
-        raise NodeConfigError(str(said or f"HTTP {response.status_code}: {response.text[:200]}"))
-    return body["config"]
+        raise NodeConfigError(
+            f"specd at {address} refused the cluster token (is it the same on both ends?)"
+        )
+    if response.status_code == 404 and body.get("field") != "path":
+        raise NodeConfigError(
+            f"specd at {address} has no /v1/model-config (an older specd): upgrade it there"
+        )
+    config = body.get("config")
+    if response.status_code != 200 or not isinstance(config, dict):
+        said = body.get("error") or f"HTTP {response.status_code}"
+        raise NodeConfigError(f"specd at {address}: {said}")
+    return config

@@ -9,17 +9,20 @@ from specctl.config.model_shape import (
     ModelShape,
     ModelShapeError,
     read_model_shape,
-    shape_from_config,
+    shape_from_file,
 )
-from specctl.config.node_model_config import NodeConfigError, fetch_model_config, loading_nodes
+from specctl.config.node_model_config import FETCH_TIMEOUT_S, first_config, loading_nodes
 from specctl.config.references import DRAFTER, VERIFIER, Problem
 
 MAX_TENSOR_PARALLEL = 64
 
 
-def read_shapes(config: ClusterConfig) -> tuple[dict[str, ModelShape], list[Problem]]:
+def read_shapes(
+    config: ClusterConfig, nodes_timeout_s: float | None = FETCH_TIMEOUT_S
+) -> tuple[dict[str, ModelShape], list[Problem]]:
     """Each model's shape from its config.json: here, or where the model is kept on its nodes
-    alone (nothing at its path on this machine), through the specd of a node that loads it."""
+    alone (nothing at its path on this machine), through the specds of the nodes that load it,
+    answers awaited `nodes_timeout_s` (None: no node is asked)."""
     shapes: dict[str, ModelShape] = {}
     problems: list[Problem] = []
     for index, model in enumerate(config.models):
@@ -30,7 +33,7 @@ def read_shapes(config: ClusterConfig) -> tuple[dict[str, ModelShape], list[Prob
         except ModelShapeError as error:
             said = str(error)
         if not path.exists():
-            shape, said = _from_nodes(config, model.name, path, said)
+            shape, said = _from_nodes(config, model.name, path, said, nodes_timeout_s)
             if shape is not None:
                 shapes[model.name] = shape
                 continue
@@ -39,26 +42,37 @@ def read_shapes(config: ClusterConfig) -> tuple[dict[str, ModelShape], list[Prob
 
 
 def _from_nodes(
-    config: ClusterConfig, model: str, path: Path, said_here: str
+    config: ClusterConfig,
+    model: str,
+    path: Path,
+    said_here: str,
+    timeout_s: float | None,
 ) -> tuple[ModelShape | None, str]:
-    """The shape from the first specd node that loads `model` and can read it; else None and
-    what each said."""
+    """The shape from a specd node that loads `model`; else None and why not."""
     nodes = loading_nodes(config, model)
     if not nodes:
         return None, (
-            f"{said_here} (on this machine: apply plans from the model's config.json here, and "
-            "every node loads the model from this same path)"
+            f"{said_here} (on this machine; no node of the deployment loads {model}, so none "
+            "could say what it is)"
         )
-    answers = []
-    for node in nodes:
-        try:
-            raw = fetch_model_config(config, node, path)
-            return shape_from_config(raw, f"{node.name}:{path / 'config.json'}"), ""
-        except (NodeConfigError, ModelShapeError) as error:
-            answers.append(f"node {node.name}'s specd: {error}")
-    return None, f"{said_here} on this machine, nor could it be read on its nodes: " + "; ".join(
-        answers
-    )
+    if local := [n.name for n in nodes if n.is_local]:
+        return None, (
+            f"{said_here} on this machine, where {_names(local)} would load it (a local node "
+            "runs here)"
+        )
+    if timeout_s is None:
+        return None, f"{said_here} on this machine; its nodes were not asked (offline)"
+    node, raw, answers = first_config(config, nodes, path, timeout_s)
+    if node is None or raw is None:
+        return None, f"{said_here} on this machine, nor on its nodes: " + "; ".join(answers)
+    try:
+        return shape_from_file(raw, f"{node.name}:{path / 'config.json'}"), ""
+    except ModelShapeError as error:
+        return None, str(error)
+
+
+def _names(nodes: list[str]) -> str:
+    return f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
 
 
 def check_shapes(config: ClusterConfig, shapes: dict[str, ModelShape]) -> list[Problem]:

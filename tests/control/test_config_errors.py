@@ -153,7 +153,7 @@ CASES = [
             ),
         ],
         "models[1].path: model directory /nonexistent/llama-8b does not exist on this machine, "
-        "nor could it be read on its nodes: node rtx5090's specd: /nonexistent/cluster.token: "
+        "nor on its nodes: node rtx5090: cannot ask its specd: /nonexistent/cluster.token: "
         "token file not found (create one with `specctl init`)",
     ),
     (
@@ -336,17 +336,14 @@ def test_api_key_file(
     assert expected in message
 
 
-def test_a_model_missing_here_that_no_specd_node_loads_says_where_it_is_read(
-    tmp_path: Path,
-) -> None:
-    """Local nodes read the model on this machine: no node could say what it is."""
+def test_a_model_missing_here_that_a_local_node_loads_says_so(tmp_path: Path) -> None:
+    """A local node runs on this machine: the model must be here for it."""
     config = local_cluster_file(
         tmp_path / "cluster.toml", 8000, models=(tmp_path / "gone", DEMO_DRAFT, "float32")
     )
     with pytest.raises(ConfigError) as caught:
         load_config(config)
     assert str(caught.value).endswith(
-        f"models[0].path: model directory {tmp_path / 'gone'} does not exist (on this machine: "
-        "apply plans from the model's config.json here, and every node loads the model from "
-        "this same path)"
+        f"models[0].path: model directory {tmp_path / 'gone'} does not exist on this machine, "
+        "where node verifier-node would load it (a local node runs here)"
     ), str(caught.value)

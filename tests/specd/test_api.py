@@ -2,7 +2,9 @@
 errors naming the field for bad requests."""
 
 import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -191,3 +193,20 @@ def test_model_config_without_a_path_names_the_parameter(specd_single: SpecdProc
     response = specd_single.call("GET", "/v1/model-config")
     assert response.status_code == 422, response.text
     assert response.json()["field"] == "query.path"
+
+
+def test_model_config_refuses_a_fifo_without_waiting_on_it(
+    specd_single: SpecdProcess, tmp_path: Path
+) -> None:
+    """A FIFO named config.json held the open, and a worker of the shared pool, for ever."""
+    os.mkfifo(tmp_path / "config.json")
+    response = specd_single.call("GET", "/v1/model-config", params={"path": str(tmp_path)})
+    assert response.status_code == 422, response.text
+    assert "is not a regular file on this node" in response.json()["error"]
+    assert specd_single.call("GET", "/v1/inventory").status_code == 200
+
+
+def test_model_config_refuses_a_huge_file(specd_single: SpecdProcess, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_bytes(b" " * (4 * 2**20 + 1))
+    response = specd_single.call("GET", "/v1/model-config", params={"path": str(tmp_path)})
+    assert response.status_code == 422 and "is over 4 MiB" in response.json()["error"]

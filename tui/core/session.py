@@ -86,8 +86,13 @@ class ConfigSession:
     def save(self) -> Path:
         """Validate and write to `save_path` (ConfigError, nothing written, when invalid;
         OSError when the file cannot be written, the document then as it was)."""
+        # checked outside the lock the UI's edits take: a model kept on its nodes alone is read
+        # through their specds, and the UI froze while a node was slow to answer
+        snapshot = self.snapshot()
+        load_config_text(snapshot.text, snapshot.path, str(snapshot.path))
         with self.lock:
-            self.document.validate()
+            if self.revision != snapshot.revision:  # edited meanwhile: checked again
+                self.document.validate()
             old_dir, new_dir = self.path.parent, self.save_path.parent
             rebase_relative_paths(self.document, old_dir, new_dir)
             try:

@@ -1,0 +1,109 @@
+"""A model's config.json read through real specd daemons: the first node that has it answers,
+a multimodal checkpoint's text_config is its shape as it is here, and each node that cannot
+answer (no such directory, nothing listening, a token file missing) is named with why."""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.cluster_token import generate_token, write_token
+from specctl.config import ConfigError, load_config_text
+from specctl.config.model_shape import read_model_shape, shape_from_file
+from specctl.config.node_model_config import first_config
+from tests.specd.specd_process import SpecdProcess, free_port
+
+from .deployment_cli import DEMO_TARGET
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    path = tmp_path_factory.mktemp("token") / "cluster.token"
+    token = generate_token()
+    write_token(path, token, force=False)
+    yield path, token
+
+
+@pytest.fixture(scope="module")
+def specd(token_file: tuple[Path, str]) -> Iterator[SpecdProcess]:
+    daemon = SpecdProcess(token_file[0], token_file[1], "box")
+    try:
+        yield daemon
+    finally:
+        daemon.close()
+
+
+def _config(nodes: list[tuple[str, str, Path]], model: Path) -> str:
+    """Two specd nodes (name, address, token file); the verifier over them, target at `model`."""
+    text = "".join(
+        f'[[nodes]]\nname = "{n}"\nspecd = "{a}"\ntoken_file = "{t}"\n\n' for n, a, t in nodes
+    )
+    names = ", ".join(f'"{n}"' for n, _, _ in nodes)
+    return text + (
+        f'[[models]]\nname = "target"\npath = "{model}"\n\n'
+        f'[deployment.verifier]\nmodel = "target"\nnodes = [{names}]\n\n'
+        '[deployment.drafter]\nmodel = "ngram"\n'
+    )
+
+
+def test_the_first_node_that_has_it_answers(
+    specd: SpecdProcess, token_file: tuple[Path, str]
+) -> None:
+    token = token_file[0]
+    dead = f"127.0.0.1:{free_port()}"
+    config = load_config_text(
+        _config([("dead", dead, token), ("box", f"127.0.0.1:{specd.port}", token)], DEMO_TARGET)
+    )
+    node, raw, said = first_config(config, list(config.nodes), DEMO_TARGET, 5.0)
+    assert node is not None and node.name == "box" and said == []
+    assert raw == json.loads((DEMO_TARGET / "config.json").read_text())
+
+
+def test_what_each_node_said_when_none_has_it(
+    specd: SpecdProcess, token_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    missing_token = tmp_path / "no.token"
+    nodes = [
+        ("box", f"127.0.0.1:{specd.port}", token_file[0]),
+        ("dead", dead, token_file[0]),
+        ("tokenless", "127.0.0.1:9", missing_token),
+    ]
+    gone = tmp_path / "gone"
+    config = load_config_text(_config(nodes, DEMO_TARGET))
+    node, raw, said = first_config(config, list(config.nodes), gone, 5.0)
+    assert node is None and raw is None
+    assert said[0] == (
+        f"node box: specd at 127.0.0.1:{specd.port}: model directory {gone} does not exist on "
+        "this node"
+    )
+    assert said[1].startswith(f"node dead: specd at {dead} unreachable (ConnectError")
+    assert said[2].startswith(f"node tokenless: cannot ask its specd: {missing_token}")
+
+
+def test_a_multimodal_model_read_through_its_node_is_its_text_config(
+    specd: SpecdProcess, token_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The shape made of a node's answer is the one read here: a multimodal checkpoint's
+    text_config (it was the outer object's, which has no layers)."""
+    inner = json.loads((DEMO_TARGET / "config.json").read_text())
+    outer = {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": inner}
+    (tmp_path / "config.json").write_text(json.dumps(outer))
+    config = load_config_text(
+        _config([("box", f"127.0.0.1:{specd.port}", token_file[0])], DEMO_TARGET)
+    )
+    node, raw, _ = first_config(config, list(config.nodes), tmp_path, 5.0)
+    assert node is not None and raw == outer
+    assert shape_from_file(raw, "box") == read_model_shape(tmp_path)
+    assert read_model_shape(tmp_path).num_layers == inner["num_hidden_layers"]
+
+
+def test_offline_asks_no_node(tmp_path: Path) -> None:
+    """`specctl plan --offline` asks no node: a model not here is an error that says so."""
+    text = _config([("box", f"127.0.0.1:{free_port()}", tmp_path / "t")], tmp_path / "gone")
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, nodes_timeout_s=None)
+    assert "does not exist on this machine; its nodes were not asked (offline)" in str(caught.value)
