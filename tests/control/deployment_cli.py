@@ -156,3 +156,11 @@ def target_only_ids(prompts: list[str]) -> list[list[int]]:
     )
     assert done.returncode == 0, done.stderr
     return [json.loads(line)["token_ids"] for line in done.stdout.splitlines()]
+
+
+def openai_client(cli: Cli) -> Any:
+    """The official openai client on the deployment's endpoint (no retries: a failure shows)."""
+    import openai
+
+    endpoint = cli.status()["endpoint"]
+    return openai.OpenAI(base_url=endpoint, api_key="unused", timeout=60.0, max_retries=0)

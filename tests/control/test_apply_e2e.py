@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
 from db import Store
@@ -33,6 +32,7 @@ from .deployment_cli import (
     free_port,
     greedy_ids,
     local_cluster_file,
+    openai_client,
     target_only_ids,
 )
 
@@ -54,11 +54,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cli, 
         cli.run("down", timeout_s=180)
         leftover = cli.processes()
         assert not leftover, f"processes left after down: {leftover}"
-
-
-def _client(cli: Cli) -> openai.OpenAI:
-    endpoint = cli.status()["endpoint"]
-    return openai.OpenAI(base_url=endpoint, api_key="unused", timeout=60.0, max_retries=0)
 
 
 def test_apply_prints_the_endpoint_and_status_shows_the_shards(
@@ -84,7 +79,7 @@ def test_apply_prints_the_endpoint_and_status_shows_the_shards(
 
 def test_openai_client_greedy_equals_generate_target_only(deployment: tuple[Cli, Path]) -> None:
     cli, _ = deployment
-    client = _client(cli)
+    client = openai_client(cli)
     assert greedy_ids(client, PROMPTS) == target_only_ids(PROMPTS)
     chat = client.chat.completions.create(
         model=SERVED_MODEL, messages=[{"role": "user", "content": "def f(x):"}], max_tokens=8
@@ -96,7 +91,7 @@ def test_history_is_written_while_another_process_reads_it(deployment: tuple[Cli
     """The serving process writes samples and request records; a reader in another process
     (this one) polls the same file meanwhile and never meets "database is locked"."""
     cli, _ = deployment
-    client = _client(cli)
+    client = openai_client(cli)
     state = json.loads((cli.home / "state.json").read_text())
     deployment_id = state["deployment_id"]
     db_path = Path(state["db_path"])
@@ -164,7 +159,7 @@ def test_changed_k_changes_only_the_speculation(deployment: tuple[Cli, Path]) ->
         after = cli.status()
         assert after["server_pid"] == before["server_pid"]
         assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
-        out = _client(cli).completions.create(
+        out = openai_client(cli).completions.create(
             model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=8, temperature=0
         )
         assert out.usage is not None and out.usage.completion_tokens == 8
@@ -229,7 +224,7 @@ def test_a_move_to_a_taken_port_leaves_the_endpoint_serving(
     after = cli.status()
     assert after["endpoint"] == before["endpoint"]
     assert after["server_pid"] == before["server_pid"]
-    out = _client(cli).completions.create(
+    out = openai_client(cli).completions.create(
         model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
     )
     assert out.usage is not None and out.usage.completion_tokens == 4
@@ -259,7 +254,7 @@ def test_a_changed_model_that_would_not_load_leaves_the_verifier_serving(
         assert [s["pid"] for s in after["shards"]] == [s["pid"] for s in before["shards"]]
         assert after["server_pid"] == before["server_pid"]
         assert cli.run("status").returncode == 0
-        out = _client(cli).completions.create(
+        out = openai_client(cli).completions.create(
             model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
         )
         assert out.usage is not None and out.usage.completion_tokens == 4
@@ -268,7 +263,7 @@ def test_a_changed_model_that_would_not_load_leaves_the_verifier_serving(
         assert done.returncode == 0, done.stdout + done.stderr
         assert "model directories would load" in done.stderr, done.stderr
         assert _verifier(cli)["pid"] != _verifier_of(before)["pid"]
-        assert greedy_ids(_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+        assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
     finally:
         config.write_text(text)
         assert cli.apply(config).returncode == 0
@@ -294,7 +289,7 @@ def test_a_frozen_drafter_slows_requests_but_never_stops_them(
     drafter = next(s for s in cli.status()["shards"] if s["role"] == "drafter")
     os.kill(drafter["pid"], signal.SIGSTOP)
     try:
-        assert greedy_ids(_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+        assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
         states = {s["role"]: s["state"] for s in cli.status()["shards"]}
         assert states == {"verifier": "ready", "drafter": "unreachable"}, states
         assert cli.run("status").returncode == 3
@@ -305,7 +300,7 @@ def test_a_frozen_drafter_slows_requests_but_never_stops_them(
     deadline = time.monotonic() + 60  # the verifier probes a lost drafter now and then
     while _drafted(cli) == before:
         assert time.monotonic() < deadline, "speculation did not resume"
-        out = _client(cli).completions.create(
+        out = openai_client(cli).completions.create(
             model=SERVED_MODEL, prompt=PROMPTS[1], max_tokens=16, temperature=0
         )
         assert out.usage is not None and out.usage.completion_tokens == 16
@@ -455,7 +450,7 @@ def test_a_verifier_gone_for_good_fails_health_until_apply_replaces_it(
         time.sleep(0.5)
     assert cli.status()["is_healthy"]
     assert httpx.get(health_url, timeout=10).status_code == 200
-    out = _client(cli).completions.create(
+    out = openai_client(cli).completions.create(
         model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
     )
     assert out.usage is not None and out.usage.completion_tokens == 4
@@ -495,7 +490,7 @@ def test_a_node_whose_raylet_died_is_started_again(
         time.sleep(0.5)
     assert status["problems"] == [], status["problems"]
     assert all(s[1] == "ready" for s in states), f"{states}\n{done.stderr}"
-    out = _client(cli).completions.create(
+    out = openai_client(cli).completions.create(
         model=SERVED_MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0
     )
     assert out.usage is not None and out.usage.completion_tokens == 4

@@ -30,9 +30,9 @@ from .deployment_cli import (
     free_port,
     greedy_ids,
     local_cluster_file,
+    openai_client,
     target_only_ids,
 )
-from .test_apply_e2e import _client
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -130,7 +130,7 @@ def test_greedy_output_through_specd_nodes_equals_target_only(
     assert report["is_healthy"], report
     nodes = {s["role"]: s["running_on"] for s in report["shards"]}
     assert nodes == {"verifier": "verifier-node", "drafter": "drafter-node"}, report
-    assert greedy_ids(_client(cli), PROMPTS[:2]) == target_only_ids(PROMPTS[:2])
+    assert greedy_ids(openai_client(cli), PROMPTS[:2]) == target_only_ids(PROMPTS[:2])
 
 
 def test_a_second_apply_changes_nothing(
@@ -165,6 +165,6 @@ def test_a_head_whose_raylet_died_is_started_again_through_its_specd(
     assert after["is_healthy"], after
     assert after["server_pid"] != before["server_pid"]
     assert not {s["pid"] for s in after["shards"]} & {s["pid"] for s in before["shards"]}
-    assert greedy_ids(_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+    assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
     again = cli.apply(config)
     assert "changed: nothing" in again.stdout, again.stdout + again.stderr
