@@ -1,7 +1,9 @@
 """Suite-wide settings."""
 
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +14,19 @@ torch.set_num_threads(1)
 
 _exit_status: list[int] = []
 
+# Local Ray nodes keep a short root under /tmp per $SPECCTL_HOME (specctl/home.py), which
+# `down` leaves for its logs: one per test home, ~30 a run, were left behind
+_RAY_ROOTS = f"specctl-{os.getuid()}-*"
+_ray_roots_before = set(Path("/tmp").glob(_RAY_ROOTS))
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _exit_status.append(int(exitstatus))
+    from tests.distributed.ray_cluster import ray_processes_under
+
+    for root in set(Path("/tmp").glob(_RAY_ROOTS)) - _ray_roots_before:
+        if not ray_processes_under(root):  # one still in use is a leak the tests report
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)

@@ -2,8 +2,9 @@
 
 A shard that already runs with the same fingerprint (model, dtype, node, sizes, proposer) is
 left alone; a verifier whose only change is its speculation settings (k, adaptive) is changed
-live; anything else is replaced, once its model is found to load on its node (preflight.py).
-Drafters are deployed before the verifiers that reach them.
+live; anything else is replaced. Where that stops a running shard, every shard the apply starts
+is first found to load on its node (preflight.py). Drafters are deployed before the verifiers
+that reach them.
 """
 
 import hashlib
