@@ -20,6 +20,7 @@ from specctl.apply.state import ShardState
 from specctl.config.cluster import ClusterConfig
 from specctl.deploy.actors import (
     Placement,
+    ask_statuses,
     create_drafter,
     create_stage,
     create_verifier,
@@ -345,27 +346,13 @@ def _running_speculation(handle: Any) -> str | None:
 
 
 def _up(handles: dict[str, Any]) -> set[str]:
-    """The shards that answer "ready" or "loading", all asked at once: a frozen one (its node
-    hung) costs the question one timeout, not one each."""
-    import ray
-
-    calls = {}
-    for actor, handle in handles.items():
-        try:
-            calls[actor] = handle.status.remote()
-        except Exception:  # a handle Ray cannot call (its actor gone): down
-            continue
-    if calls:
-        ray.wait(list(calls.values()), num_returns=len(calls), timeout=STATUS_TIMEOUT_S)
-    up = set()
-    for actor, ref in calls.items():
-        try:
-            status: ShardStatus = ray.get(ref, timeout=0)  # answered within the wait, or not
-        except Exception:
-            continue
-        if status.state in ("ready", "loading"):
-            up.add(actor)
-    return up
+    """The shards that answer "ready" or "loading" (all asked at once)."""
+    answers = ask_statuses(handles, STATUS_TIMEOUT_S)
+    return {
+        actor
+        for actor, status in answers.items()
+        if isinstance(status, ShardStatus) and status.state in ("ready", "loading")
+    }
 
 
 def wait_loaded(

@@ -98,6 +98,36 @@ def start_ranks(
     return handles
 
 
+def ask_statuses(handles: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Every shard's `status()`, all asked at once and answered within `timeout_s` together:
+    a frozen shard (its node hung) costs the question one timeout, not one per shard. Each
+    name maps to its ShardStatus, or to the exception that stood for it (no answer in time,
+    a dead actor, a handle Ray could not call)."""
+    import ray
+
+    answers: dict[str, Any] = {}
+    calls: dict[str, Any] = {}
+    for name, handle in handles.items():
+        try:
+            calls[name] = handle.status.remote()
+        except Exception as exc:
+            answers[name] = exc
+    if calls:
+        ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout_s)
+    for name, ref in calls.items():
+        try:
+            answers[name] = ray.get(ref, timeout=0)  # answered within the wait, or not at all
+        except Exception as exc:
+            answers[name] = exc
+    return answers
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line, "Type: first line" (a Ray task error's is a traceback)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def find_actor(name: str) -> Any | None:
     """The live actor of that name in specctl's namespace, or None."""
     import ray

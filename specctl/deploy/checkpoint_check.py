@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from daemon.shard.model_check import ModelCheck, run_model_check
 from daemon.shard.node_context import NODE_LABEL
+from specctl.deploy.actors import first_line
 
 CHECK_TIMEOUT_S = 120.0  # a fresh Ray worker imports torch, then reads a few headers
 
@@ -42,8 +43,7 @@ def check_on_nodes(checks: list[ModelCheck], timeout_s: float = CHECK_TIMEOUT_S)
         try:
             result = ray.get(ref, timeout=timeout_s)
         except Exception as exc:  # the worker died, or the task could not run there
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            results.unchecked.append(f"{who}: {type(exc).__name__}: {first}")
+            results.unchecked.append(f"{who}: {first_line(exc)}")
             continue
         if result.problem:
             # where it ran, as Ray placed it: a check run elsewhere would prove nothing

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.apply.state import AppliedState, StateError
-from specctl.deploy.actors import find_actor
+from specctl.deploy.actors import ask_statuses, find_actor, first_line
 from specctl.deploy.ray_connect import connect
 from specctl.deploy.remote_backend import RemoteBackend, served_model
 from specctl.deploy.router import RouterBackend
@@ -129,42 +129,33 @@ class ShardWatcher:
                 self._reports = fresh
 
     def _look(self, reports: list[ShardReport]) -> list[ShardReport]:
-        """Every shard asked at once: one whose node hangs costs a look one timeout, not one
-        per shard (the first look is made before the server says ready)."""
-        import ray
-
+        """Every shard asked at once (the first look is made before the server says ready)."""
         now = time.time()
         fresh: list[ShardReport] = []
-        calls: list[tuple[ShardReport, Any]] = []
+        handles: dict[str, Any] = {}
         for report in reports:
             out = ShardReport(report.id, report.role, report.replica, report.node, "unreachable")
             out.checked_unix_s = now
             fresh.append(out)
             try:
                 handle = find_actor(report.id)
-                if handle is None:
-                    out.error = "no such actor"
-                    continue
-                calls.append((out, handle.status.remote()))
             except Exception as exc:
-                out.error = _said(exc)
-        if calls:
-            refs = [ref for _, ref in calls]
-            ray.wait(refs, num_returns=len(refs), timeout=STATUS_CALL_TIMEOUT_S)
-        for out, ref in calls:
-            try:
-                status = ray.get(ref, timeout=0)  # answered within the wait, or not at all
-            except Exception as exc:
-                out.error = _said(exc)
+                out.error = first_line(exc)
                 continue
-            out.state, out.running_on, out.pid, out.error = (
-                status.state,
-                status.node_name,
-                status.pid,
-                status.error,
-            )
+            if handle is None:
+                out.error = "no such actor"
+            else:
+                handles[report.id] = handle
+        answers = ask_statuses(handles, STATUS_CALL_TIMEOUT_S)
+        for out in fresh:
+            status = answers.get(out.id)
+            if isinstance(status, Exception):
+                out.error = first_line(status)
+            elif status is not None:
+                out.state, out.running_on, out.pid, out.error = (
+                    status.state,
+                    status.node_name,
+                    status.pid,
+                    status.error,
+                )
         return fresh
-
-
-def _said(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
