@@ -13,14 +13,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NoReturn
 
 from db import DeploymentRow, Store
 from specctl.apply.cluster_up import ClusterUp, bring_up, retire_nodes
 from specctl.apply.down import take_down_unlocked
 from specctl.apply.events import ApplyEvents
 from specctl.apply.home_lock import home_lock
+from specctl.apply.rollback import roll_back
 from specctl.apply.server_up import check_server_address, ensure_server
-from specctl.apply.shards import DesiredShard, deploy_shards, desired_shards
+from specctl.apply.shards import (
+    DesiredShard,
+    ReplacementFailed,
+    deploy_shards,
+    desired_shards,
+)
 from specctl.apply.state import AppliedState, ServerState
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import ConfigError
@@ -103,13 +110,18 @@ def _apply_locked(
                 if previous
                 else frozenset()
             )
-            deployed = deploy_shards(
-                desired,
-                previous.shards if previous else [],
-                events,
-                opts.load_timeout_s,
-                lost_nodes=lost,
-            )
+            try:
+                deployed = deploy_shards(
+                    desired,
+                    previous.shards if previous else [],
+                    events,
+                    opts.load_timeout_s,
+                    lost_nodes=lost,
+                )
+            except ReplacementFailed as failed:
+                if previous is None or not previous.config_text:
+                    raise
+                _put_back(previous, failed, desired, cluster, events, opts)
             started = deployed.started
             events.step("shards", "done", f"{len(started)} (re)started")
         finally:
@@ -154,6 +166,30 @@ def _apply_locked(
         ) from exc
     steps = [*started, *deployed.changed_live, *(["server"] if server_changed else [])]
     return ApplyResult(f"{state.server.url}/v1", plan, steps, state.deployment_id)  # type: ignore[union-attr]
+
+
+def _put_back(
+    last_good: AppliedState,
+    failed: ReplacementFailed,
+    desired: list[DesiredShard],
+    cluster: ClusterUp,
+    events: ApplyEvents,
+    opts: ApplyOptions,
+) -> NoReturn:
+    """After `failed`: the last good apply's shards run again (rollback.py), and the apply
+    fails saying so."""
+    why = roll_back(
+        last_good, failed, desired, cluster, events, opts.shard_threads, opts.load_timeout_s
+    )
+    if why:
+        raise ApplyError(
+            f"{failed}; putting back the shards of the last good apply "
+            f"({last_good.config_path}) failed too: {why}; `specctl status` says what runs"
+        ) from failed
+    raise ApplyError(
+        f"{failed}; the shards of the last good apply ({last_good.config_path}) were started "
+        "again and serve: fix the file and apply it again"
+    ) from failed
 
 
 def _said_wait(events: ApplyEvents) -> Callable[[dict[str, int]], None]:

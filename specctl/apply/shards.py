@@ -3,8 +3,9 @@
 A shard that already runs with the same fingerprint (model, dtype, node, sizes, proposer) is
 left alone; a verifier whose only change is its speculation settings (k, adaptive) is changed
 live; anything else is replaced. Where that stops a running shard, every shard the apply starts
-is first found to load on its node (preflight.py). Drafters are deployed before the verifiers
-that reach them.
+is first found to load on its node (preflight.py); where one fails to load all the same, the
+apply puts back what ran before (rollback.py). Drafters are deployed before the verifiers that
+reach them.
 """
 
 import hashlib
@@ -25,6 +26,7 @@ from specctl.deploy.actors import (
     create_stage,
     create_verifier,
     find_actor,
+    first_line,
     kill_actor,
     start_ranks,
 )
@@ -41,6 +43,15 @@ VERIFIER_RESTARTS = 3
 
 class ShardError(Exception):
     """A shard cannot be deployed as planned, or failed to load; the message says which."""
+
+
+class ReplacementFailed(ShardError):
+    """Deploying failed after it had changed what runs: `touched` names the shards no longer
+    as they were (stopped, started, or their speculation changed live)."""
+
+    def __init__(self, message: str, touched: set[str]) -> None:
+        super().__init__(message)
+        self.touched = touched
 
 
 @dataclass(slots=True)
@@ -219,7 +230,6 @@ def deploy_shards(
     not kept: Ray restarts its actor on the new node only once its health checks mark the
     old one dead, and one found then "ready" went down again to restart after apply."""
     before = {s.actor: s for s in previous}
-    wanted = {d.actor for d in desired}
     # a verifier finds its pipeline stages once, at load: one whose stage is replaced (its
     # node restarted) is replaced with it, or it calls the dead stage's handle forever
     lost_stages = {d.replica for d in desired if d.role == "stage" and d.node in lost_nodes}
@@ -246,7 +256,30 @@ def deploy_shards(
         [d for d in desired if d.actor not in kept],
         events,
     )
-    for gone in before.keys() - wanted:
+    touched: set[str] = set()
+    try:
+        return _deploy(desired, before, handles_now, kept, lost, lost_nodes, events,
+                       load_timeout_s, touched)  # fmt: skip
+    except Exception as exc:
+        if not touched:
+            raise
+        raise ReplacementFailed(str(exc).strip() or first_line(exc), touched) from exc
+
+
+def _deploy(
+    desired: list[DesiredShard],
+    before: dict[str, ShardState],
+    handles_now: dict[str, Any],
+    kept: set[str],
+    lost: set[str],
+    lost_nodes: frozenset[str],
+    events: ApplyEvents,
+    load_timeout_s: float,
+    touched: set[str],
+) -> Deployed:
+    """deploy_shards after its checks: `touched` gathers the shards it changes, as it goes."""
+    for gone in before.keys() - {d.actor for d in desired}:
+        touched.add(gone)
         kill_actor(gone)
         events.step(f"remove {gone}", "done")
     started: list[str] = []
@@ -256,9 +289,13 @@ def deploy_shards(
         name = shard.step_name
         handle = handles_now[shard.actor]
         if shard.actor in kept:
+            touched.add(shard.actor)  # (its speculation may change live)
             if changed := _keep(shard, before[shard.actor], handle, events):
                 changed_live.append(changed)
+            else:
+                touched.discard(shard.actor)
             continue
+        touched.add(shard.actor)
         if handle is not None:
             kill_actor(shard.actor)
         why = ""

@@ -101,6 +101,16 @@ class Cli:
             timeout=timeout_s,
         )
 
+    def start(self, *argv: str) -> subprocess.Popen:
+        """A command running, its stdout and stderr read as text lines as it goes."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "specctl.cli", *argv],
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def apply(self, config: Path) -> subprocess.CompletedProcess:
         return self.run("apply", str(config), timeout_s=APPLY_TIMEOUT_S)
 

@@ -25,6 +25,7 @@ from specctl.deploy.remote_backend import CALL_TIMEOUT_S as REMOTE_CALL_S
 from tests.distributed.ray_cluster import ray_processes_under, raylet_pids
 
 from .deployment_cli import (
+    APPLY_TIMEOUT_S,
     DEMO_TARGET,
     PROMPTS,
     SERVED_MODEL,
@@ -267,6 +268,69 @@ def test_a_changed_model_that_would_not_load_leaves_the_verifier_serving(
     finally:
         config.write_text(text)
         assert cli.apply(config).returncode == 0
+
+
+def test_a_model_that_fails_to_load_after_the_check_is_rolled_back(
+    deployment: tuple[Cli, Path], tmp_path: Path
+) -> None:
+    """The verifier moves to a node added by the same file, with a new target that passes
+    the check there; then its weights file is cut short (a sync still writing it) before the
+    new verifier loads it. The serving verifier is stopped by then, and the load fails: apply
+    used to leave no endpoint (and the added node running, listed nowhere). Now it starts the
+    last good apply's verifier again, stops the node it had added, says so, and fails; the
+    same serving process serves again."""
+    cli, config = deployment
+    before = cli.status()
+    text = config.read_text()
+    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
+    weights = copy / "model.safetensors"
+    spare = cli.ray_root() / "spare-node"
+    changed = text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"')
+    changed = changed.replace('nodes = ["verifier-node"]', 'nodes = ["spare-node"]')
+    node = '[[nodes]]\nname = "spare-node"\nspecd = "local"\n\n[[models]]'
+    config.write_text(changed.replace("[[models]]", node, 1))
+    try:
+        applying = cli.start("apply", "--json", str(config))
+        watchdog = threading.Timer(APPLY_TIMEOUT_S, applying.kill)
+        watchdog.start()
+        steps: list[dict] = []
+        try:
+            assert applying.stdout is not None
+            for line in applying.stdout:
+                record = json.loads(line)
+                steps.append(record)
+                if record.get("name") == "check models" and record.get("state") == "done":
+                    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+            stderr = applying.stderr.read() if applying.stderr else ""
+            code = applying.wait(timeout=30)
+        finally:
+            watchdog.cancel()
+        said = "\n".join([*(json.dumps(r) for r in steps), stderr])
+        assert code == 1, said
+        named = [(r.get("name"), r.get("state")) for r in steps]
+        assert ("check models", "done") in named, said  # the check passed: the cut came after
+        assert ("verifier r0", "failed") in named, said
+        assert ("rollback", "done") in named, said
+        rolled = next(r for r in steps if r.get("name") == "rollback" and r["state"] == "done")
+        assert "stopped the nodes it had started: spare-node" in rolled["detail"], said
+        outcome = steps[-1]
+        assert outcome["kind"] == "outcome" and not outcome["is_ok"], said
+        assert "failed to load" in outcome["message"], said
+        assert "were started again and serve" in outcome["message"], said
+        assert ray_processes_under(spare) == [], "the node the failed apply added is stopped"
+        after = cli.status()  # exit 0: every shard serves
+        assert after["server_pid"] == before["server_pid"]
+        assert [n["name"] for n in after["nodes"]] == [n["name"] for n in before["nodes"]]
+        assert _verifier_of(after)["running_on"] == "verifier-node"
+        assert _verifier(cli)["pid"] != _verifier_of(before)["pid"]
+        drafters = [s["pid"] for s in after["shards"] if s["role"] == "drafter"]
+        assert drafters == [s["pid"] for s in before["shards"] if s["role"] == "drafter"]
+        assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+    finally:
+        config.write_text(text)
+    done = cli.apply(config)  # the last good file again: it runs already
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "changed: nothing" in done.stdout, done.stdout + done.stderr
 
 
 def _drafted(cli: Cli) -> float:
