@@ -9,6 +9,7 @@ import torch
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.fork_layout import ForkLayout
 from daemon.runtime.model.forward_metadata import ForwardMetadata
+from daemon.runtime.model.memory_guard import require_room
 
 
 class KVCache:
@@ -29,6 +30,14 @@ class KVCache:
         device: torch.device,
     ) -> None:
         shape = (num_slots, num_kv_heads, max_model_len, head_dim)
+        per_layer = num_slots * num_kv_heads * max_model_len * head_dim * dtype.itemsize
+        require_room(
+            2 * num_layers * per_layer,
+            torch.device(device),
+            f"the KV cache ({num_slots} slots x {max_model_len} positions x {num_layers} layers, "
+            f"{str(dtype).removeprefix('torch.')})",
+            "lower max_batch_size or max_model_len",
+        )
         # num_layers x [S, H_kv, M, D]
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

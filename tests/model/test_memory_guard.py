@@ -1,0 +1,202 @@
+"""A node's memory as its cgroup allows it, and a KV cache refused, with a message, where it
+would not fit: for the specd inventory (the planner's figures) and the shard's load."""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from daemon.cgroup_memory import NO_LIMIT, cgroup_memory, memory_bytes, memory_cgroup
+from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.memory_guard import require_room
+
+MIB = 1 << 20
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _tree(tmp_path: Path, version: int, limits: dict[str, str], usage: int, stat: str) -> Path:
+    """A cgroup hierarchy mounted at tmp_path/mnt, the process in mnt/a/b: /proc/self/cgroup
+    and mountinfo as the kernel writes them, beside it."""
+    mount = tmp_path / "mnt"
+    leaf = mount / "a" / "b"
+    leaf.mkdir(parents=True)
+    limit_file, usage_file = (
+        ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        if version == 1
+        else ("memory.max", "memory.current")
+    )
+    for relative, limit in limits.items():
+        (mount / relative / limit_file).write_text(limit + "\n")
+    (leaf / usage_file).write_text(f"{usage}\n")
+    (leaf / "memory.stat").write_text(stat)
+    if version == 1:
+        membership = "12:pids:/a/b\n4:cpu,cpuacct:/a/b\n7:memory:/a/b\n0::/\n"
+        mountinfo = f"40 31 0:30 / {mount} rw,relatime - cgroup cgroup rw,memory\n"
+    else:
+        membership = "0::/a/b\n"
+        mountinfo = f"40 31 0:30 / {mount} rw,relatime - cgroup2 cgroup2 rw\n"
+    (tmp_path / "cgroup").write_text(membership)
+    (tmp_path / "mountinfo").write_text(
+        "22 27 0:21 / /proc rw,relatime - proc proc rw\n" + mountinfo
+    )
+    return leaf
+
+
+def _read(tmp_path: Path):  # noqa: ANN202
+    return cgroup_memory(tmp_path / "cgroup", tmp_path / "mountinfo")
+
+
+def test_v2_the_tightest_limit_up_the_tree_and_the_working_set(tmp_path: Path) -> None:
+    stat = "anon 100\nfile 5000\nactive_file 1000\ninactive_file 4000\n"
+    leaf = _tree(tmp_path, 2, {"a/b": "max", "a": str(512 * MIB), ".": "max"}, 10_000, stat)
+    found = _read(tmp_path)
+    assert found is not None
+    assert found.path == leaf
+    assert found.limit_bytes == 512 * MIB  # the parent's: the leaf's own is "max"
+    assert found.used_bytes == 10_000 - 4000  # inactive file pages can be dropped
+
+
+def test_v1_memory_controller_among_others(tmp_path: Path) -> None:
+    stat = "cache 100\ntotal_inactive_file 300\ninactive_file 1\n"
+    leaf = _tree(tmp_path, 1, {"a/b": str(256 * MIB), "a": str(NO_LIMIT * 8)}, 1000, stat)
+    found = _read(tmp_path)
+    assert found is not None and found.path == leaf
+    assert (found.limit_bytes, found.used_bytes) == (256 * MIB, 700)
+
+
+def test_no_limit_anywhere_is_none(tmp_path: Path) -> None:
+    _tree(tmp_path, 1, {"a/b": "9223372036854771712", "a": "9223372036854771712"}, 5, "")
+    assert _read(tmp_path) is None
+    _tree(tmp_path / "v2", 2, {"a/b": "max"}, 5, "")
+    assert _read(tmp_path / "v2") is None
+
+
+def test_a_namespaced_mount_shows_the_cgroup_at_its_root(tmp_path: Path) -> None:
+    """In a container with its own cgroup namespace the mount's root is the container's
+    cgroup, and /proc/self/cgroup may name a path that does not exist below the mount."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    (mount / "memory.max").write_text(f"{64 * MIB}\n")
+    (mount / "memory.current").write_text(f"{MIB}\n")
+    (tmp_path / "cgroup").write_text("0::/docker/abc\n")
+    (tmp_path / "mountinfo").write_text(
+        f"40 31 0:30 /docker/abc {mount} rw,relatime - cgroup2 cgroup2 rw\n"
+    )
+    found = _read(tmp_path)
+    assert found is not None and found.path == mount
+    assert (found.limit_bytes, found.used_bytes) == (64 * MIB, MIB)
+    (tmp_path / "cgroup").write_text("0::/\n")  # the namespace's own view of itself
+    assert _read(tmp_path) == found
+
+
+def test_unreadable_proc_files_are_no_limit(tmp_path: Path) -> None:
+    assert cgroup_memory(tmp_path / "absent", tmp_path / "absent too") is None
+    (tmp_path / "cgroup").write_text("0::/\n")
+    (tmp_path / "mountinfo").write_text("22 27 0:21 / /proc rw,relatime - proc proc rw\n")
+    assert _read(tmp_path) is None
+
+
+def test_memory_bytes_never_exceeds_the_machine() -> None:
+    total, available = memory_bytes()
+    assert 0 < available <= total
+
+
+def test_a_kv_cache_past_the_free_memory_is_refused_before_it_is_allocated() -> None:
+    """Far past any machine's memory (an allocator refuses it at once, without the check);
+    just past the free memory is test_in_a_cgroup_limited_below_the_machine's case."""
+    slots = 1 << 18  # [slots, 8 heads, 1024 positions, 64 dims] float32 x 2 (K, V): 1 PiB
+    with pytest.raises(ModelLoadError) as error:
+        KVCache(
+            num_layers=1,
+            num_slots=slots,
+            num_kv_heads=8,
+            max_model_len=1024,
+            head_dim=64,
+            dtype=torch.float32,
+            device=torch.device("cpu"),
+        )
+    said = str(error.value)
+    assert f"the KV cache ({slots} slots x 1024 positions x 1 layers, float32) needs" in said
+    assert "lower max_batch_size or max_model_len" in said
+    small = KVCache(
+        num_layers=2, num_slots=2, num_kv_heads=2, max_model_len=16, head_dim=8,
+        dtype=torch.float32, device=torch.device("cpu"),
+    )  # fmt: skip
+    assert small.keys[0].shape == (2, 2, 16, 8)
+
+
+def test_require_room_names_the_device_and_sizes() -> None:
+    require_room(1, torch.device("cpu"), "one byte", "none")  # fits: nothing said
+    with pytest.raises(ModelLoadError, match=r"^weights needs \d+\.\d\d GiB and this node's"):
+        require_room(1 << 62, torch.device("cpu"), "weights", "buy memory")
+    require_room(1 << 62, torch.device("meta"), "anything", "")  # not known: not refused
+
+
+@contextlib.contextmanager
+def _child_cgroup(limit_bytes: int) -> Iterator[Path]:
+    """A memory cgroup below this process's with `limit_bytes`; skips where none can be made
+    (not root, no memory controller, a read-only cgroupfs)."""
+    located = memory_cgroup()
+    if located is None:
+        pytest.skip("no memory cgroup mounted")
+    parent, _, version = located
+    child = parent / f"specctl-test-{uuid.uuid4().hex[:8]}"
+    try:
+        child.mkdir()
+        limit_file = "memory.limit_in_bytes" if version == 1 else "memory.max"
+        (child / limit_file).write_text(str(limit_bytes))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            child.rmdir()
+        pytest.skip(f"cannot make a memory cgroup here: {exc}")
+    try:
+        yield child
+    finally:
+        child.rmdir()  # its processes have exited: an error here is a leak worth seeing
+
+
+CHILD = """
+import json, sys, torch
+from daemon.cgroup_memory import memory_bytes
+from daemon.specd.host_info import collect_host_info
+from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.model.kv_cache import KVCache
+host = collect_host_info()
+try:  # 16 slots x 8 heads x 2048 positions x 64 dims x 4 bytes: 64 MiB, x 2 (K, V) x 4 layers
+    KVCache(num_layers=4, num_slots=16, num_kv_heads=8, max_model_len=2048, head_dim=64,
+            dtype=torch.float32, device=torch.device("cpu"))
+    said = None
+except ModelLoadError as exc:
+    said = str(exc)
+print(json.dumps([host.memory_total_bytes, host.memory_available_bytes, said]))
+"""
+
+
+def test_in_a_cgroup_limited_below_the_machine() -> None:
+    """A real cgroup of 400 MiB: specd's inventory reports it, not the machine's memory, and a
+    KV cache of 512 MiB is refused at once instead of the kernel killing the process."""
+    limit = 400 * MIB
+    with _child_cgroup(limit) as child:
+        enter = f"echo $$ > {child}/cgroup.procs && exec {sys.executable} -c '{CHILD}'"
+        done = subprocess.run(
+            ["sh", "-c", enter],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    total, available, said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert total == limit
+    assert 0 < available < limit  # the interpreter and torch are charged to it
+    assert said is not None and "the KV cache (16 slots x 2048 positions x 4 layers" in said
+    assert "needs 0.50 GiB and this node's memory has 0." in said, said
