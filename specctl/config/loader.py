@@ -51,9 +51,12 @@ def load_config_text(
     source_path: Path | None = None,
     shown_name: str | None = None,
     nodes_timeout_s: float | None = FETCH_TIMEOUT_S,
+    read_models: bool = True,
 ) -> ClusterConfig:
     """Check cluster.toml text (the TUI's edited buffer). Relative paths start at
-    `source_path`'s directory (else the cwd); errors name `shown_name` (else the path)."""
+    `source_path`'s directory (else the cwd); errors name `shown_name` (else the path).
+    `read_models` False: no model's config.json is read (nor checked), for what needs the
+    nodes alone: a model missing, or kept on nodes that are down, does not hide them."""
     shown = shown_name or (str(source_path) if source_path else "cluster.toml")
     data = _parse_toml(text, shown)
     lines = TomlLineIndex(text)
@@ -70,6 +73,8 @@ def load_config_text(
     config.attach(source_path, {})
     if problems := check_references(config):
         raise fail(problems)
+    if not read_models:
+        return config
     shapes, problems = read_shapes(config, nodes_timeout_s)
     if problems:
         raise fail(problems)

@@ -33,7 +33,7 @@ def read_shapes(
         except ModelShapeError as error:
             said = str(error)
         if not path.exists():
-            shape, said = _from_nodes(config, model.name, path, said, nodes_timeout_s)
+            shape, _, said = shape_from_nodes(config, model.name, path, said, nodes_timeout_s)
             if shape is not None:
                 shapes[model.name] = shape
                 continue
@@ -41,34 +41,43 @@ def read_shapes(
     return shapes, problems
 
 
-def _from_nodes(
+def shape_from_nodes(
     config: ClusterConfig,
     model: str,
     path: Path,
     said_here: str,
     timeout_s: float | None,
-) -> tuple[ModelShape | None, str]:
-    """The shape from a specd node that loads `model`; else None and why not."""
+) -> tuple[ModelShape | None, str, str]:
+    """The shape of `model` (at `path`, missing here: `said_here`) from the specd of a node
+    that loads it: (shape, that node, ""), else (None, "", why not)."""
     nodes = loading_nodes(config, model)
     if not nodes:
-        return None, (
-            f"{said_here} (on this machine; no node of the deployment loads {model}, so none "
-            "could say what it is)"
+        return (
+            None,
+            "",
+            (
+                f"{said_here} (on this machine; no node of the deployment loads {model}, so none "
+                "could say what it is)"
+            ),
         )
     if local := [n.name for n in nodes if n.is_local]:
-        return None, (
-            f"{said_here} on this machine, where {_names(local)} would load it (a local node "
-            "runs here)"
+        return (
+            None,
+            "",
+            (
+                f"{said_here} on this machine, where {_names(local)} would load it (a local node "
+                "runs here)"
+            ),
         )
     if timeout_s is None:
-        return None, f"{said_here} on this machine; its nodes were not asked (offline)"
+        return None, "", f"{said_here} on this machine; its nodes were not asked (offline)"
     node, raw, answers = first_config(config, nodes, path, timeout_s)
     if node is None or raw is None:
-        return None, f"{said_here} on this machine, nor on its nodes: " + "; ".join(answers)
+        return None, "", f"{said_here} on this machine, nor on its nodes: " + "; ".join(answers)
     try:
-        return shape_from_file(raw, f"{node.name}:{path / 'config.json'}"), ""
+        return shape_from_file(raw, f"{node.name}:{path / 'config.json'}"), node.name, ""
     except ModelShapeError as error:
-        return None, str(error)
+        return None, "", str(error)
 
 
 def _names(nodes: list[str]) -> str:

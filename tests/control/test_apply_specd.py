@@ -12,7 +12,6 @@ the shards load them there, and the serving process gets the tokenizer from the 
 import os
 import re
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from daemon.cluster_token import generate_token, write_token
 from tests.distributed.ray_cluster import raylet_pids
-from tests.specd.specd_process import SpecdProcess
+from tests.specd.specd_process import SpecdProcess, nodes_only_prefix
 
 from .deployment_cli import (
     DEMO_DRAFT,
@@ -35,26 +34,6 @@ from .deployment_cli import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-def nodes_only_prefix(models_root: Path) -> tuple[str, ...] | None:
-    """A command prefix that runs a specd in a mount namespace of its own where the demo
-    models are at `models_root`/target and /draft (a tmpfs over the empty `models_root`, so
-    nothing is there outside); None where this machine cannot make one (not root)."""
-    probe = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "true"],
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    if probe.returncode != 0:
-        return None
-    script = (
-        'mount -t tmpfs specd-models "$0" && mkdir "$0/target" "$0/draft" && '
-        f'mount --bind "{DEMO_TARGET}" "$0/target" && mount --bind "{DEMO_DRAFT}" "$0/draft" '
-        '&& exec "$@"'
-    )
-    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(models_root))
 
 
 def specd_cluster_file(

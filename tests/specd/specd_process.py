@@ -23,6 +23,30 @@ STARTUP_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 150.0
 
 
+DEMO_MODELS = Path(__file__).resolve().parents[2] / "packaging" / "demo-models"
+
+
+def nodes_only_prefix(models_root: Path) -> tuple[str, ...] | None:
+    """A command prefix that runs a specd in a mount namespace of its own where the demo
+    models are at `models_root`/target and /draft (a tmpfs over the empty `models_root`, so
+    nothing is there outside); None where this machine cannot make one (not root)."""
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return None
+    target, draft = DEMO_MODELS / "target", DEMO_MODELS / "draft"
+    script = (
+        'mount -t tmpfs specd-models "$0" && mkdir "$0/target" "$0/draft" && '
+        f'mount --bind "{target}" "$0/target" && mount --bind "{draft}" "$0/draft" '
+        '&& exec "$@"'
+    )
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(models_root))
+
+
 def _toml(state_dir: Path, token_file: Path, node_name: str, api_port: int, host: str) -> str:
     return f"""\
 host = "{host}"

@@ -3,7 +3,11 @@ cluster file's model paths, next to them, and under the search directories the u
 each with architecture, parameter count, size on disk and vocabulary, and the pairs that can
 serve as drafter and verifier (same vocabulary, same tokenizer where both ship one).
 
-Only config.json and tokenizer.json are read; weights are sized, never opened.
+Only config.json and tokenizer.json are read; weights are sized, never opened. A model of the
+cluster file kept on its nodes alone (nothing at its path here: the operator's laptop, the
+models on the Spark) is read through the specd of a node that loads it, as the planner reads
+it (specctl/config/shapes.py): its config.json only, so neither its size nor its tokenizer is
+known here.
 """
 
 import hashlib
@@ -13,7 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from specctl.config.cluster import ClusterConfig
 from specctl.config.model_shape import ModelShapeError, read_model_shape
+from specctl.config.node_model_config import FETCH_TIMEOUT_S
+from specctl.config.shapes import shape_from_nodes
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 MAX_SCAN_DEPTH = 2  # a search directory, its children and grandchildren
@@ -31,6 +38,7 @@ class ModelEntry:
     num_layers: int | None
     tokenizer_id: str | None  # a digest of the vocabulary in tokenizer.json; None: none shipped
     problem: str | None = None  # why config.json could not be read
+    on_node: str | None = None  # not on this machine: read through this node's specd
 
     @property
     def label(self) -> str:
@@ -128,12 +136,45 @@ def read_entry(directory: Path, config_name: str | None) -> ModelEntry:
     )
 
 
-def scan_catalog(configured: Mapping[str, Path], extra_dirs: Iterable[Path]) -> list[ModelEntry]:
-    """Every model directory found; `configured` maps [[models]] names to their directories."""
+def read_node_entry(config: ClusterConfig, name: str, directory: Path) -> ModelEntry:
+    """The cluster file's model `name`, missing at `directory` here, as a node that loads it
+    describes it (or the problem: what each node said)."""
+    said_here = f"no config.json at {directory}"
+    shape, node, problem = shape_from_nodes(config, name, directory, said_here, FETCH_TIMEOUT_S)
+    if shape is None:
+        return ModelEntry(directory, name, None, None, 0, None, None, None, problem)
+    return ModelEntry(
+        path=directory,
+        config_name=name,
+        architecture=shape.architecture,
+        num_params=shape.num_params,
+        size_on_disk_bytes=0,
+        vocab_size=shape.vocab_size,
+        num_layers=shape.num_layers,
+        tokenizer_id=None,
+        on_node=node,
+    )
+
+
+def scan_catalog(
+    configured: Mapping[str, Path],
+    extra_dirs: Iterable[Path],
+    config: ClusterConfig | None = None,
+) -> list[ModelEntry]:
+    """Every model directory found; `configured` maps [[models]] names to their directories.
+    With `config` (the file, valid), a configured model missing here is read through its
+    nodes."""
     names_by_dir = {path.resolve(): name for name, path in configured.items()}
     roots = search_roots(configured.values(), extra_dirs)
     directories = find_model_dirs(roots, configured.values())
-    return [read_entry(d, names_by_dir.get(d)) for d in directories]
+    entries = []
+    for directory in directories:
+        name = names_by_dir.get(directory)
+        if config is not None and name is not None and not directory.exists():
+            entries.append(read_node_entry(config, name, directory))
+        else:
+            entries.append(read_entry(directory, name))
+    return entries
 
 
 def can_pair(drafter: ModelEntry, verifier: ModelEntry) -> bool:

@@ -40,9 +40,14 @@ class ConfigSnapshot:
     path: Path
     revision: int
 
-    def check(self) -> ConfigCheck:
+    def check(self, read_models: bool = True) -> ConfigCheck:
+        """The whole file checked; `read_models` False: all but its models' config.json (what
+        the Nodes and Logs screens need: the nodes, even where a model is missing, or kept on
+        nodes that are down)."""
         try:
-            return ConfigCheck(load_config_text(self.text, self.path, str(self.path)))
+            return ConfigCheck(
+                load_config_text(self.text, self.path, str(self.path), read_models=read_models)
+            )
         except ConfigError as error:
             return ConfigCheck(None, tuple(error.issues))
 

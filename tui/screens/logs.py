@@ -87,7 +87,8 @@ class LogsScreen(SpecctlScreen):
             self._followed = snapshot
         else:
             snapshot = None
-        if snapshot is not None and (config := snapshot.check().config) is not None:
+        config = None if snapshot is None else snapshot.check(read_models=False).config
+        if config is not None:
             timeout_s = self.specctl.settings.probe_timeout_s
             remote = {node.name: node for node in config.nodes if not node.is_local}
             for name, follower in list(self._followers.items()):

@@ -22,6 +22,7 @@ from tui.screens.base import SpecctlScreen
 if TYPE_CHECKING:
     from specctl.config.document import ConfigDocument
     from tui.core.models import ModelEntry, ModelPair
+    from tui.core.session import ConfigSnapshot
 
 # fixed widths: an auto-sized header catches up with its rows a refresh late (a flicker)
 MODEL_COLUMNS = {
@@ -40,7 +41,10 @@ def model_row(entry: ModelEntry) -> tuple[str | Text, ...]:
     name = Text(entry.label, "bold" if entry.config_name else "")
     if entry.problem:
         return name, Text(entry.problem, "red"), "", "", "", "", ""
-    on_disk = fmt.size(entry.size_on_disk_bytes) if entry.has_weights else "no weights"
+    if entry.on_node:
+        on_disk: str | Text = Text(f"on {entry.on_node}", "cyan")
+    else:
+        on_disk = fmt.size(entry.size_on_disk_bytes) if entry.has_weights else "no weights"
     return (
         name,
         (entry.architecture or fmt.MISSING).removesuffix("ForCausalLM"),
@@ -97,14 +101,21 @@ class ModelsScreen(SpecctlScreen):
 
         with session.lock:
             configured = configured_model_dirs(session.document)
+        snapshot = session.snapshot()
         extra = self.specctl.settings.model_dirs
-        self.read_in_background("catalog", lambda: self._scan(configured, extra))
+        self.read_in_background("catalog", lambda: self._scan(configured, extra, snapshot))
 
     @work(thread=True, group="catalog")
-    def _scan(self, configured: dict[str, Path], extra: tuple[Path, ...]) -> None:
+    def _scan(
+        self, configured: dict[str, Path], extra: tuple[Path, ...], snapshot: ConfigSnapshot
+    ) -> None:
         from tui.core.models import find_pairs, scan_catalog
 
-        entries = scan_catalog(configured, extra)
+        # a model kept on its nodes alone is read through them: only a valid file says which
+        # nodes load it and with which token (an answer is cached: the file's check had it)
+        missing = any(not path.exists() for path in configured.values())
+        config = snapshot.check().config if missing else None
+        entries = scan_catalog(configured, extra, config)
         self.post_message(CatalogRead(entries, find_pairs(entries)))
 
     @on(CatalogRead)
@@ -133,7 +144,10 @@ class ModelsScreen(SpecctlScreen):
     def _model_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if 0 <= event.cursor_row < len(self._entries):
             entry = self._entries[event.cursor_row]
-            self.query_one("#model-detail", Static).update(fmt.path(entry.path))
+            where = fmt.path(entry.path)
+            if entry.on_node:
+                where += f" on {entry.on_node} (read through its specd; not on this machine)"
+            self.query_one("#model-detail", Static).update(where)
 
     def action_use(self, role: str) -> None:
         session = self.specctl.session

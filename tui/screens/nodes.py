@@ -125,7 +125,7 @@ class NodesScreen(SpecctlScreen):
         from tui.core.nodes import RayState, read_cluster_nodes
         from tui.core.status import read_deployment_status
 
-        check = snapshot.check()
+        check = snapshot.check(read_models=False)
         if check.config is None:
             first = str(check.issues[0]) if check.issues else "invalid"
             self.post_message(NodesRead([], f"The cluster file has errors (see Assign): {first}"))
