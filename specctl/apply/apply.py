@@ -121,7 +121,7 @@ def _apply_locked(
             except ReplacementFailed as failed:
                 if previous is None or not previous.config_text:
                     raise
-                _put_back(previous, failed, desired, cluster, events, opts)
+                _put_back(home, previous, failed, desired, cluster, events, opts, lost)
             started = deployed.started
             events.step("shards", "done", f"{len(started)} (re)started")
         finally:
@@ -169,22 +169,34 @@ def _apply_locked(
 
 
 def _put_back(
+    home: SpecctlHome,
     last_good: AppliedState,
     failed: ReplacementFailed,
     desired: list[DesiredShard],
     cluster: ClusterUp,
     events: ApplyEvents,
     opts: ApplyOptions,
+    lost: frozenset[str],
 ) -> NoReturn:
-    """After `failed`: the last good apply's shards run again (rollback.py), and the apply
+    """After `failed`: what the last good apply ran runs again (rollback.py), and the apply
     fails saying so."""
     why = roll_back(
-        last_good, failed, desired, cluster, events, opts.shard_threads, opts.load_timeout_s
+        home,
+        last_good,
+        failed,
+        desired,
+        cluster,
+        events,
+        shard_threads=opts.shard_threads,
+        load_timeout_s=opts.load_timeout_s,
+        health_timeout_s=opts.health_timeout_s,
+        lost_nodes=lost,
     )
     if why:
         raise ApplyError(
-            f"{failed}; putting back the shards of the last good apply "
-            f"({last_good.config_path}) failed too: {why}; `specctl status` says what runs"
+            f"{failed}; putting back what the last good apply ran ({last_good.config_path}) "
+            f"failed too: {why}; `specctl status` says what runs: apply that file again once "
+            "this is fixed, or `specctl down`"
         ) from failed
     raise ApplyError(
         f"{failed}; the shards of the last good apply ({last_good.config_path}) were started "

@@ -15,10 +15,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from daemon.shard.specs import DrafterSpec, RankSpec, ShardStatus, StageSpec, VerifierSpec
+from specctl.apply.cluster_up import ClusterUpError
 from specctl.apply.events import ApplyEvents
 from specctl.apply.preflight import check_before_replacing
 from specctl.apply.state import ShardState
 from specctl.config.cluster import ClusterConfig
+from specctl.config.errors import ConfigError
 from specctl.deploy.actors import (
     Placement,
     ask_statuses,
@@ -224,11 +226,14 @@ def deploy_shards(
     events: ApplyEvents,
     load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
     lost_nodes: frozenset[str] = frozenset(),
+    preflight: bool = True,
 ) -> Deployed:
     """Make the cluster run `desired`: what was (re)started and what was changed live.
     A shard on one of `lost_nodes` (Ray there had died and was started again) is replaced,
     not kept: Ray restarts its actor on the new node only once its health checks mark the
-    old one dead, and one found then "ready" went down again to restart after apply."""
+    old one dead, and one found then "ready" went down again to restart after apply.
+    `preflight` False: no model is checked before a running shard is replaced (a rollback:
+    what runs is what failed)."""
     before = {s.actor: s for s in previous}
     # a verifier finds its pipeline stages once, at load: one whose stage is replaced (its
     # node restarted) is replaced with it, or it calls the dead stage's handle forever
@@ -251,11 +256,12 @@ def deploy_shards(
     }
     # before anything stops: a running shard is replaced only where every shard this apply
     # starts would load (preflight.py)
-    check_before_replacing(
-        [d for d in desired if d.actor in up and d.actor not in kept],
-        [d for d in desired if d.actor not in kept],
-        events,
-    )
+    if preflight:
+        check_before_replacing(
+            [d for d in desired if d.actor in up and d.actor not in kept],
+            [d for d in desired if d.actor not in kept],
+            events,
+        )
     touched: set[str] = set()
     try:
         return _deploy(desired, before, handles_now, kept, lost, lost_nodes, events,
@@ -263,7 +269,15 @@ def deploy_shards(
     except Exception as exc:
         if not touched:
             raise
-        raise ReplacementFailed(str(exc).strip() or first_line(exc), touched) from exc
+        raise ReplacementFailed(said(exc), touched) from exc
+
+
+def said(exc: BaseException) -> str:
+    """An error as apply says it: ours whole (they are written to be read), anything else on
+    one line (a Ray actor error's text is a traceback)."""
+    if isinstance(exc, ShardError | ClusterUpError | ConfigError) and str(exc).strip():
+        return str(exc).strip()
+    return first_line(exc)
 
 
 def _deploy(

@@ -312,13 +312,18 @@ def test_a_model_that_fails_to_load_after_the_check_is_rolled_back(
         assert ("verifier r0", "failed") in named, said
         assert ("rollback", "done") in named, said
         rolled = next(r for r in steps if r.get("name") == "rollback" and r["state"] == "done")
-        assert "stopped the nodes it had started: spare-node" in rolled["detail"], said
+        assert "stopped the nodes the failed apply had added: spare-node" in rolled["detail"]
         outcome = steps[-1]
         assert outcome["kind"] == "outcome" and not outcome["is_ok"], said
         assert "failed to load" in outcome["message"], said
         assert "were started again and serve" in outcome["message"], said
         assert ray_processes_under(spare) == [], "the node the failed apply added is stopped"
-        after = cli.status()  # exit 0: every shard serves
+        # the serving process's shard watcher looks every few seconds: it last saw the
+        # verifier loading, or not at all
+        deadline = time.monotonic() + 30
+        while not (after := cli.status())["is_healthy"]:
+            assert time.monotonic() < deadline, json.dumps(after["shards"])
+            time.sleep(0.5)
         assert after["server_pid"] == before["server_pid"]
         assert [n["name"] for n in after["nodes"]] == [n["name"] for n in before["nodes"]]
         assert _verifier_of(after)["running_on"] == "verifier-node"
