@@ -4,9 +4,11 @@ Inside a container (Docker `--memory`, a Kubernetes pod's limit, a systemd slice
 still shows the whole machine: a node that reported it would be planned shards it cannot hold,
 and a shard that allocated its KV cache by it would be killed by the kernel's OOM killer
 part-way through, with no message. The limit is the cgroup's (v2: memory.max; v1:
-memory.limit_in_bytes), the tightest of the process's cgroup and its ancestors up to the
-mount; what is in use counts the cgroup's charge less the file pages it may drop
-(inactive_file), as the kubelet counts a working set. No torch here: specd reads it too.
+memory.limit_in_bytes and the hierarchical limit it enforces), the tightest of the process's
+cgroup and its ancestors up to the mount; the room is the least, over those levels that have a
+limit, of the limit less what the level uses (a parent's limit holds for all its children
+together), its file pages not mapped by a process counted as room, as MemAvailable counts
+them. No torch here: specd reads it too.
 """
 
 import contextlib
@@ -23,7 +25,7 @@ NO_LIMIT = 1 << 60  # v1 says "no limit" as 2^63 less a page; v2 as "max"
 @dataclass(frozen=True, slots=True)
 class CgroupMemory:
     limit_bytes: int  # the tightest limit on the way up to the mount
-    used_bytes: int  # charged to the cgroup, less its inactive file pages
+    room_bytes: int  # what the process may still take: the least room of any level limited
     path: Path  # the process's cgroup directory
 
 
@@ -52,8 +54,7 @@ def memory_bytes() -> tuple[int, int]:
     limited = cgroup_memory()
     if limited is None:
         return total, available
-    room = max(0, limited.limit_bytes - limited.used_bytes)
-    return min(total, limited.limit_bytes), min(available, room)
+    return min(total, limited.limit_bytes), min(available, limited.room_bytes)
 
 
 def cgroup_memory(
@@ -83,7 +84,8 @@ def memory_cgroup(
 
 
 def _locate(memberships: list[str], mounts: list[str], version: int) -> tuple[Path, Path] | None:
-    """(the process's cgroup directory, its mount point) for the memory controller."""
+    """(the process's cgroup directory, its mount point) for the memory controller: of the
+    mounts of that hierarchy, the one whose root holds the process's cgroup most closely."""
     path = None
     for line in memberships:
         number, _, rest = line.partition(":")
@@ -93,48 +95,78 @@ def _locate(memberships: list[str], mounts: list[str], version: int) -> tuple[Pa
             path = where
     if path is None:
         return None
+    best: tuple[int, Path, Path] | None = None  # (root depth, directory, mount point)
     for line in mounts:
-        fields = line.split()
-        if " - " not in line or len(fields) < 5:
+        if " - " not in line:
             continue
-        after = line.split(" - ", 1)[1].split()
+        fields, after = line.split(" - ", 1)[0].split(), line.split(" - ", 1)[1].split()
+        if len(fields) < 5 or not after:
+            continue
         fstype, options = after[0], after[2].split(",") if len(after) > 2 else []
-        if (version == 1 and fstype == "cgroup" and "memory" in options) or (
-            version == 2 and fstype == "cgroup2"
+        if not (
+            (version == 1 and fstype == "cgroup" and "memory" in options)
+            or (version == 2 and fstype == "cgroup2")
         ):
-            root, mount_point = fields[3], Path(fields[4])
-            # a cgroup namespace (or a container's own mount) shows its root at the mount
-            inside = os.path.relpath(path, root) if path.startswith(root) else "."
-            directory = (mount_point / inside).resolve()
-            if not directory.is_dir() or not directory.is_relative_to(mount_point):
-                directory = mount_point
-            return directory, mount_point
-    return None
+            continue
+        root, mount_point = _unescape(fields[3]), Path(_unescape(fields[4]))
+        root_parts, path_parts = Path(root).parts, Path(path).parts
+        if path_parts[: len(root_parts)] == root_parts:
+            directory = mount_point.joinpath(*path_parts[len(root_parts) :])
+            depth = len(root_parts)
+        else:  # a cgroup namespace: the process's cgroup is the mount's root
+            directory, depth = mount_point, -1
+        if not directory.is_dir():
+            directory = mount_point
+        if best is None or depth > best[0]:
+            best = (depth, directory, mount_point)
+    return None if best is None else (best[1], best[2])
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
+    for code in ("040", "011", "012", "134"):
+        field = field.replace("\\" + code, chr(int(code, 8)))
+    return field
 
 
 def _read(directory: Path, mount_point: Path, version: int) -> CgroupMemory | None:
-    limit_file, usage_file, inactive_key = (
-        ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+    """The limit and the room at each level from the process's cgroup up to the mount (a
+    parent's limit holds for all its children together)."""
+    limit_file, usage_file, prefix = (
+        ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_")
         if version == 1
-        else ("memory.max", "memory.current", "inactive_file")
+        else ("memory.max", "memory.current", "")
     )
-    limit = NO_LIMIT
+    limit = room = NO_LIMIT
     at = directory
     while True:
-        limit = min(limit, _number(at / limit_file))
+        level_limit = _number(at / limit_file)
+        stat = _stat(at / "memory.stat")
+        if version == 1 and at == directory:  # what v1 enforces, with or without use_hierarchy
+            level_limit = min(level_limit, stat.get("hierarchical_memory_limit", NO_LIMIT))
+        if level_limit < NO_LIMIT:
+            # its file pages the kernel can drop count as room, as MemAvailable counts them
+            # (not those mapped by a process)
+            file = stat.get(prefix + "inactive_file", 0) + stat.get(prefix + "active_file", 0)
+            mapped = stat.get(prefix + ("mapped_file" if version == 1 else "file_mapped"), 0)
+            used = max(0, _number(at / usage_file, default=0) - max(0, file - mapped))
+            limit, room = min(limit, level_limit), min(room, max(0, level_limit - used))
         if at == mount_point or at.parent == at:
             break
         at = at.parent
     if limit >= NO_LIMIT:
         return None
-    usage = _number(directory / usage_file, default=0)
-    inactive = 0
-    with contextlib.suppress(OSError, ValueError):
-        for line in (directory / "memory.stat").read_text().splitlines():
+    return CgroupMemory(limit, room, directory)
+
+
+def _stat(path: Path) -> dict[str, int]:
+    values: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
             key, _, value = line.partition(" ")
-            if key == inactive_key:
-                inactive = int(value)
-    return CgroupMemory(limit, max(0, usage - inactive), directory)
+            with contextlib.suppress(ValueError):
+                values[key] = int(value)
+    return values
 
 
 def _number(path: Path, default: int = NO_LIMIT) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from daemon.cgroup_memory import NO_LIMIT, cgroup_memory, memory_bytes, memory_cgroup
+from daemon.cgroup_memory import CgroupMemory, cgroup_memory, memory_bytes, memory_cgroup
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.kv_cache import KVCache
 from daemon.runtime.model.memory_guard import require_room
@@ -22,9 +22,12 @@ MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _tree(tmp_path: Path, version: int, limits: dict[str, str], usage: int, stat: str) -> Path:
-    """A cgroup hierarchy mounted at tmp_path/mnt, the process in mnt/a/b: /proc/self/cgroup
-    and mountinfo as the kernel writes them, beside it."""
+def _tree(
+    tmp_path: Path, version: int, levels: dict[str, tuple[str, int, str]], mount_root: str = "/"
+) -> Path:
+    """A cgroup hierarchy mounted at tmp_path/mnt, the process in mnt/a/b: per level (relative
+    to the mount) its limit, usage and memory.stat; /proc/self/cgroup and mountinfo as the
+    kernel writes them, beside it."""
     mount = tmp_path / "mnt"
     leaf = mount / "a" / "b"
     leaf.mkdir(parents=True)
@@ -33,49 +36,62 @@ def _tree(tmp_path: Path, version: int, limits: dict[str, str], usage: int, stat
         if version == 1
         else ("memory.max", "memory.current")
     )
-    for relative, limit in limits.items():
+    for relative, (limit, usage, stat) in levels.items():
         (mount / relative / limit_file).write_text(limit + "\n")
-    (leaf / usage_file).write_text(f"{usage}\n")
-    (leaf / "memory.stat").write_text(stat)
+        (mount / relative / usage_file).write_text(f"{usage}\n")
+        (mount / relative / "memory.stat").write_text(stat)
+    where = "/a/b" if mount_root == "/" else mount_root + "/a/b"
     if version == 1:
-        membership = "12:pids:/a/b\n4:cpu,cpuacct:/a/b\n7:memory:/a/b\n0::/\n"
-        mountinfo = f"40 31 0:30 / {mount} rw,relatime - cgroup cgroup rw,memory\n"
+        membership = f"12:pids:{where}\n4:cpu,cpuacct:{where}\n7:memory:{where}\n0::/\n"
+        kind = "cgroup cgroup rw,memory"
     else:
-        membership = "0::/a/b\n"
-        mountinfo = f"40 31 0:30 / {mount} rw,relatime - cgroup2 cgroup2 rw\n"
+        membership = f"0::{where}\n"
+        kind = "cgroup2 cgroup2 rw"
     (tmp_path / "cgroup").write_text(membership)
     (tmp_path / "mountinfo").write_text(
-        "22 27 0:21 / /proc rw,relatime - proc proc rw\n" + mountinfo
+        "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+        f"40 31 0:30 {mount_root} {mount} rw,relatime shared:9 - {kind}\n"
     )
     return leaf
 
 
-def _read(tmp_path: Path):  # noqa: ANN202
+def _read(tmp_path: Path) -> CgroupMemory | None:
     return cgroup_memory(tmp_path / "cgroup", tmp_path / "mountinfo")
 
 
-def test_v2_the_tightest_limit_up_the_tree_and_the_working_set(tmp_path: Path) -> None:
-    stat = "anon 100\nfile 5000\nactive_file 1000\ninactive_file 4000\n"
-    leaf = _tree(tmp_path, 2, {"a/b": "max", "a": str(512 * MIB), ".": "max"}, 10_000, stat)
-    found = _read(tmp_path)
-    assert found is not None
-    assert found.path == leaf
-    assert found.limit_bytes == 512 * MIB  # the parent's: the leaf's own is "max"
-    assert found.used_bytes == 10_000 - 4000  # inactive file pages can be dropped
-
-
-def test_v1_memory_controller_among_others(tmp_path: Path) -> None:
-    stat = "cache 100\ntotal_inactive_file 300\ninactive_file 1\n"
-    leaf = _tree(tmp_path, 1, {"a/b": str(256 * MIB), "a": str(NO_LIMIT * 8)}, 1000, stat)
+def test_v2_the_tightest_limit_and_the_least_room_up_the_tree(tmp_path: Path) -> None:
+    # b: no limit of its own; a: 512 MiB, of which a sibling of b uses most
+    stat = "anon 100\nfile 5000\nactive_file 1000\ninactive_file 4000\nfile_mapped 500\n"
+    leaf = _tree(
+        tmp_path,
+        2,
+        {"a/b": ("max", 10_000, stat), "a": (str(512 * MIB), 500 * MIB, "inactive_file 0\n")},
+    )
     found = _read(tmp_path)
     assert found is not None and found.path == leaf
-    assert (found.limit_bytes, found.used_bytes) == (256 * MIB, 700)
+    assert found.limit_bytes == 512 * MIB  # the parent's: the leaf's own is "max"
+    assert found.room_bytes == 12 * MIB  # the parent's room: its children use 500 MiB
+    # the leaf limited too: its file pages not mapped (1000 + 4000 - 500) are room
+    _tree(tmp_path / "leaf", 2, {"a/b": (str(MIB), 10_000, stat)})
+    found = _read(tmp_path / "leaf")
+    assert found is not None and found.room_bytes == MIB - (10_000 - 4500)
+
+
+def test_v1_memory_controller_among_others_and_its_hierarchical_limit(tmp_path: Path) -> None:
+    stat = "cache 100\ntotal_inactive_file 300\ntotal_active_file 0\ninactive_file 1\n"
+    leaf_stat = stat + f"hierarchical_memory_limit {256 * MIB}\n"
+    unlimited = "9223372036854771712"
+    leaf = _tree(tmp_path, 1, {"a/b": (unlimited, 1000, leaf_stat), "a": (unlimited, 0, "")})
+    found = _read(tmp_path)
+    assert found is not None and found.path == leaf
+    assert (found.limit_bytes, found.room_bytes) == (256 * MIB, 256 * MIB - 700)
 
 
 def test_no_limit_anywhere_is_none(tmp_path: Path) -> None:
-    _tree(tmp_path, 1, {"a/b": "9223372036854771712", "a": "9223372036854771712"}, 5, "")
+    unlimited = "9223372036854771712"
+    _tree(tmp_path, 1, {"a/b": (unlimited, 5, ""), "a": (unlimited, 5, "")})
     assert _read(tmp_path) is None
-    _tree(tmp_path / "v2", 2, {"a/b": "max"}, 5, "")
+    _tree(tmp_path / "v2", 2, {"a/b": ("max", 5, "")})
     assert _read(tmp_path / "v2") is None
 
 
@@ -92,9 +108,31 @@ def test_a_namespaced_mount_shows_the_cgroup_at_its_root(tmp_path: Path) -> None
     )
     found = _read(tmp_path)
     assert found is not None and found.path == mount
-    assert (found.limit_bytes, found.used_bytes) == (64 * MIB, MIB)
+    assert (found.limit_bytes, found.room_bytes) == (64 * MIB, 63 * MIB)
     (tmp_path / "cgroup").write_text("0::/\n")  # the namespace's own view of itself
     assert _read(tmp_path) == found
+    (tmp_path / "cgroup").write_text("0::/docker/abcdef\n")  # not below /docker/abc
+    assert _read(tmp_path) == found
+
+
+def test_the_mount_whose_root_holds_the_cgroup_most_closely(tmp_path: Path) -> None:
+    """A bind mount of another subtree listed first, and a mount point with a space in it
+    (mountinfo writes it \\040)."""
+    other, mount = tmp_path / "other", tmp_path / "cg root"
+    (other / "x").mkdir(parents=True)
+    (other / "memory.max").write_text(f"{MIB}\n")
+    (mount / "a" / "b").mkdir(parents=True)
+    (mount / "a" / "b" / "memory.max").write_text(f"{128 * MIB}\n")
+    (mount / "a" / "b" / "memory.current").write_text("0\n")
+    (tmp_path / "cgroup").write_text("0::/a/b\n")
+    escaped = str(mount).replace(" ", "\\040")
+    (tmp_path / "mountinfo").write_text(
+        f"40 31 0:30 /x {other} rw - cgroup2 cgroup2 rw\n"
+        f"41 31 0:30 / {escaped} rw - cgroup2 cgroup2 rw\n"
+    )
+    found = _read(tmp_path)
+    assert found is not None and found.path == mount / "a" / "b"
+    assert found.limit_bytes == 128 * MIB
 
 
 def test_unreadable_proc_files_are_no_limit(tmp_path: Path) -> None:
@@ -112,7 +150,7 @@ def test_memory_bytes_never_exceeds_the_machine() -> None:
 def test_a_kv_cache_past_the_free_memory_is_refused_before_it_is_allocated() -> None:
     """Far past any machine's memory (an allocator refuses it at once, without the check);
     just past the free memory is test_in_a_cgroup_limited_below_the_machine's case."""
-    slots = 1 << 18  # [slots, 8 heads, 1024 positions, 64 dims] float32 x 2 (K, V): 1 PiB
+    slots = 1 << 28  # [slots, 8 heads, 1024 positions, 64 dims] float32 x 2 (K, V): 1 PiB
     with pytest.raises(ModelLoadError) as error:
         KVCache(
             num_layers=1,
@@ -165,17 +203,29 @@ def _child_cgroup(limit_bytes: int) -> Iterator[Path]:
 
 CHILD = """
 import json, sys, torch
-from daemon.cgroup_memory import memory_bytes
 from daemon.specd.host_info import collect_host_info
 from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.model.config import ModelConfig
 from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.llama import LlamaForCausalLM
 host = collect_host_info()
+said = []
 try:  # 16 slots x 8 heads x 2048 positions x 64 dims x 4 bytes: 64 MiB, x 2 (K, V) x 4 layers
     KVCache(num_layers=4, num_slots=16, num_kv_heads=8, max_model_len=2048, head_dim=64,
             dtype=torch.float32, device=torch.device("cpu"))
-    said = None
+    said.append(None)
 except ModelLoadError as exc:
-    said = str(exc)
+    said.append(str(exc))
+raw = dict(architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=64,
+           num_hidden_layers=1, num_attention_heads=16, num_key_value_heads=1, head_dim=128,
+           vocab_size=32000, max_position_embeddings=64, rms_norm_eps=1e-5,
+           tie_word_embeddings=True)
+try:  # a KV cache of 64 KiB, weights of 0.28 GiB (on the meta device: never allocated)
+    LlamaForCausalLM(ModelConfig.from_dict(raw, source="big"), max_model_len=64, num_slots=1,
+                     dtype=torch.float32, device=torch.device("cpu"))
+    said.append(None)
+except ModelLoadError as exc:
+    said.append(str(exc))
 print(json.dumps([host.memory_total_bytes, host.memory_available_bytes, said]))
 """
 
@@ -195,8 +245,13 @@ def test_in_a_cgroup_limited_below_the_machine() -> None:
             timeout=120,
         )
     assert done.returncode == 0, done.stderr[-3000:]
-    total, available, said = json.loads(done.stdout.strip().splitlines()[-1])
+    total, available, (cache, model) = json.loads(done.stdout.strip().splitlines()[-1])
     assert total == limit
     assert 0 < available < limit  # the interpreter and torch are charged to it
-    assert said is not None and "the KV cache (16 slots x 2048 positions x 4 layers" in said
-    assert "needs 0.50 GiB and this node's memory has 0." in said, said
+    assert cache is not None, "the KV cache of 0.5 GiB was allocated"
+    assert cache.startswith("the KV cache (16 slots x 2048 positions x 4 layers, float32) ")
+    assert "needs 0.50 GiB and this node's memory (its cgroup's limit: 0.39 GiB) has 0." in cache
+    assert cache.endswith("GiB kept free: lower max_batch_size or max_model_len"), cache
+    assert model is not None, "a model of 0.28 GiB of weights was let load"
+    assert model.startswith("the weights (0.28 GiB) and the KV cache (1 slots x 64 positions")
+    assert model.endswith("or spread the model over more nodes"), model

@@ -9,7 +9,7 @@ import torch
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.fork_layout import ForkLayout
 from daemon.runtime.model.forward_metadata import ForwardMetadata
-from daemon.runtime.model.memory_guard import require_room
+from daemon.runtime.model.memory_guard import GIB, require_room
 
 
 class KVCache:
@@ -28,16 +28,23 @@ class KVCache:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        weights_bytes: int = 0,
     ) -> None:
+        """`weights_bytes`: the model's weights, still to be read after the cache: the room
+        checked is for both."""
         shape = (num_slots, num_kv_heads, max_model_len, head_dim)
         per_layer = num_slots * num_kv_heads * max_model_len * head_dim * dtype.itemsize
-        require_room(
-            2 * num_layers * per_layer,
-            torch.device(device),
+        kv_bytes = 2 * num_layers * per_layer
+        what = (
             f"the KV cache ({num_slots} slots x {max_model_len} positions x {num_layers} layers, "
-            f"{str(dtype).removeprefix('torch.')})",
-            "lower max_batch_size or max_model_len",
+            f"{str(dtype).removeprefix('torch.')})"
         )
+        advice = "lower max_batch_size or max_model_len"
+        if weights_bytes:
+            what = f"the weights ({weights_bytes / GIB:.2f} GiB) and {what[:-1]}: "
+            what += f"{kv_bytes / GIB:.2f} GiB)"
+            advice += ", or spread the model over more nodes"
+        require_room(kv_bytes + weights_bytes, torch.device(device), what, advice)
         # num_layers x [S, H_kv, M, D]
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

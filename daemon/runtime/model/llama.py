@@ -136,6 +136,8 @@ class LlamaForCausalLM(nn.Module):
             head_dim=config.head_dim,
             dtype=dtype,
             device=device,
+            # the weights (on the meta device so far) are read next: room for both, or neither
+            weights_bytes=sum(p.numel() * p.element_size() for p in self.parameters()),
         )
 
     @torch.inference_mode()

@@ -1,38 +1,64 @@
-"""Refuse an allocation the device has no room for, with a message, before making it.
+"""Refuse a model the device has no room for, with a message, before allocating it.
 
-A KV cache is allocated zero-filled, all at once, when a shard loads. On a GPU an allocation
-past the free memory raises; on a CPU, Linux grants it (overcommit) and the zero-fill then
-faults in page after page until the kernel's OOM killer ends the process, or another one on
-the node, with nothing said. The planner sizes shards from what each node reported when it
-planned, but a node's memory can be taken since (another shard, another user, two local Ray
-nodes on one machine, each counting all of it): this is the check at the moment it matters.
+A shard allocates its KV cache zero-filled, all at once, then reads its weights. On a GPU an
+allocation past the free memory raises; on a CPU, Linux grants it (overcommit) and the
+zero-fill then faults in page after page until the kernel's OOM killer ends the process, or
+another one on the node, with nothing said. The planner sizes shards from what each node
+reported when it planned, but a node's memory can be taken since (another shard, another user,
+two local Ray nodes on one machine, each counting all of it): this is the check at the moment
+it matters, of the weights and the KV cache together. It keeps HEADROOM of the memory free:
+Ray's memory monitor kills workers once a node is 95% full. Shards loading at the same moment
+on one machine each see the same free memory: the check does not cover that.
 """
+
+from dataclasses import dataclass
 
 import torch
 
-from daemon.cgroup_memory import memory_bytes
+from daemon.cgroup_memory import cgroup_memory, memory_bytes
 from daemon.runtime.errors import ModelLoadError
 
 GIB = float(1 << 30)
+HEADROOM = 0.05  # of the device's memory, kept free
 
 
-def free_bytes(device: torch.device) -> int | None:
-    """What `device` can still allocate: a GPU's free memory, the host's available memory
-    (within this process's cgroup limit) for a CPU; None where it cannot be known."""
+@dataclass(frozen=True, slots=True)
+class Room:
+    free_bytes: int
+    total_bytes: int
+    where: str  # how a message names it
+
+
+def room_on(device: torch.device) -> Room | None:
+    """What `device` can still allocate; None where it cannot be known (meta, mps)."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        free, total = torch.cuda.mem_get_info(device)
+        # blocks torch's allocator holds but no tensor uses are free to it too
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        if torch.cuda.get_device_properties(device).is_integrated:
+            # unified memory (GB10): the driver leaves out page cache the OS would drop
+            free = max(free, memory_bytes()[1])
+        return Room(free, total, f"{device}")
     if device.type == "cpu":
-        return memory_bytes()[1]
+        total, available = memory_bytes()
+        limited = cgroup_memory()
+        where = "this node's memory"
+        if limited is not None and limited.limit_bytes <= total:
+            where += f" (its cgroup's limit: {limited.limit_bytes / GIB:.2f} GiB)"
+        return Room(available, total, where)
     return None
 
 
 def require_room(needed_bytes: int, device: torch.device, what: str, advice: str) -> None:
     """ModelLoadError, saying what needs how much and what to lower, where `device` has less
-    than `needed_bytes` free."""
-    free = free_bytes(device)
-    if free is not None and needed_bytes > free:
-        where = "this node's memory" if device.type == "cpu" else f"{device}"
+    than `needed_bytes` free beyond its headroom."""
+    room = room_on(device)
+    if room is None:
+        return
+    usable = room.free_bytes - int(HEADROOM * room.total_bytes)
+    if needed_bytes > usable:
         raise ModelLoadError(
-            f"{what} needs {needed_bytes / GIB:.2f} GiB and {where} has {free / GIB:.2f} GiB "
-            f"free: {advice}"
+            f"{what} needs {needed_bytes / GIB:.2f} GiB and {room.where} has "
+            f"{room.free_bytes / GIB:.2f} GiB free, less {HEADROOM:.0%} of its "
+            f"{room.total_bytes / GIB:.2f} GiB kept free: {advice}"
         )
