@@ -130,5 +130,18 @@ async def test_a_model_kept_on_its_node_alone_is_read_through_its_specd(tmp_path
             assert re.search(r"draft\s+target\s+vocab size only", shown), shown
             # the first row, the target, highlighted: where it was read
             await wait_for_text(pilot, "on gpu-box (read through its specd")
+        # the draft too kept on a node of its own, which is down: the file fails its check
+        # (the draft cannot be read), and the target is still read on gpu-box
+        down = f'[[nodes]]\nname = "draft-box"\nspecd = "127.0.0.1:{free_port()}"\n'
+        down += f'token_file = "{token_file}"\n\n[[models]]'
+        text = config.read_text().replace("[[models]]", down, 1)
+        text = text.replace(f'path = "{DEMO_MODELS / "draft"}"', f'path = "{models_root}/gone"')
+        config.write_text(text.replace('node = "gpu-box"', 'node = "draft-box"'))
+        app = make_app(config, tmp_path / "home", probe_timeout_s=5.0)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("2")
+            shown = await wait_for_text(pilot, "model(s) found, 2 in the cluster file")
+            assert re.search(r"target\s+Llama\s+\S+\s+on gpu-box\s+4,096\s+6\s+yes", shown), shown
+            assert re.search(r"draft\s+model d", shown), shown  # "model directory ... nor on"
     finally:
         daemon.close()

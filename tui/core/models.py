@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def search_roots(model_paths: Iterable[Path], extra_dirs: Iterable[Path]) -> lis
 def find_model_dirs(roots: Iterable[Path], configured: Iterable[Path]) -> list[Path]:
     """Directories holding a config.json: the configured ones first, then what the roots
     hold within MAX_SCAN_DEPTH levels (hidden directories skipped)."""
-    found: list[Path] = [p.resolve() for p in configured]
+    found: list[Path] = list(dict.fromkeys(p.resolve() for p in configured))  # each once
     num_scanned = 0
     for root in roots:
         frontier = [(root, 0)]
@@ -138,9 +139,17 @@ def read_entry(directory: Path, config_name: str | None) -> ModelEntry:
 
 def read_node_entry(config: ClusterConfig, name: str, directory: Path) -> ModelEntry:
     """The cluster file's model `name`, missing at `directory` here, as a node that loads it
-    describes it (or the problem: what each node said)."""
-    said_here = f"no config.json at {directory}"
-    shape, node, problem = shape_from_nodes(config, name, directory, said_here, FETCH_TIMEOUT_S)
+    describes it (or the problem: what each node said). The node is asked for the path as
+    the file writes it, as the planner asks (`directory` is resolved through this machine's
+    links, which the node may not have)."""
+    written = config.model_dir(name)
+    try:
+        read_model_shape(written)
+    except ModelShapeError as error:
+        said_here = str(error)  # as the planner says it
+    else:
+        return read_entry(directory, name)  # there after all
+    shape, node, problem = shape_from_nodes(config, name, written, said_here, FETCH_TIMEOUT_S)
     if shape is None:
         return ModelEntry(directory, name, None, None, 0, None, None, None, problem)
     return ModelEntry(
@@ -167,14 +176,17 @@ def scan_catalog(
     names_by_dir = {path.resolve(): name for name, path in configured.items()}
     roots = search_roots(configured.values(), extra_dirs)
     directories = find_model_dirs(roots, configured.values())
-    entries = []
-    for directory in directories:
-        name = names_by_dir.get(directory)
-        if config is not None and name is not None and not directory.exists():
-            entries.append(read_node_entry(config, name, directory))
-        else:
-            entries.append(read_entry(directory, name))
-    return entries
+    on_nodes = {
+        d: name
+        for d in directories
+        if config is not None and (name := names_by_dir.get(d)) is not None and not d.exists()
+    }
+    read_there: dict[Path, ModelEntry] = {}
+    if config is not None and on_nodes:  # every model's nodes asked at once: one wait in all
+        with ThreadPoolExecutor(len(on_nodes), thread_name_prefix="catalog") as pool:
+            found = pool.map(lambda d: read_node_entry(config, on_nodes[d], d), on_nodes)
+            read_there = dict(zip(on_nodes, found, strict=True))
+    return [read_there.get(d) or read_entry(d, names_by_dir.get(d)) for d in directories]
 
 
 def can_pair(drafter: ModelEntry, verifier: ModelEntry) -> bool:

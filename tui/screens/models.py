@@ -60,7 +60,7 @@ def pair_row(pair: ModelPair) -> tuple[str | Text, ...]:
     checked = (
         Text("same", "green") if pair.is_tokenizer_checked else Text("vocab size only", "yellow")
     )
-    return pair.drafter.label, pair.verifier.label, checked
+    return Text(pair.drafter.label), Text(pair.verifier.label), checked
 
 
 class ModelsScreen(SpecctlScreen):
@@ -111,10 +111,11 @@ class ModelsScreen(SpecctlScreen):
     ) -> None:
         from tui.core.models import find_pairs, scan_catalog
 
-        # a model kept on its nodes alone is read through them: only a valid file says which
-        # nodes load it and with which token (an answer is cached: the file's check had it)
+        # a model kept on its nodes alone is read through them: the file says which nodes load
+        # it and with which token (its nodes and deployment valid: a model's own problems,
+        # another model missing, do not stop this one being read)
         missing = any(not path.exists() for path in configured.values())
-        config = snapshot.check().config if missing else None
+        config = snapshot.check(read_models=False).config if missing else None
         entries = scan_catalog(configured, extra, config)
         self.post_message(CatalogRead(entries, find_pairs(entries)))
 
