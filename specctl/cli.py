@@ -368,12 +368,21 @@ def apply_command(
     load_timeout_s: float = typer.Option(
         900.0, "--load-timeout", help="Seconds every shard has to load its weights."
     ),
+    watch_s: float | None = typer.Option(
+        None,
+        "--watch",
+        metavar="SECONDS",
+        help="Then keep what was applied running: look every SECONDS, apply it again where "
+        "something stays broken (a dead raylet, a shard gone), until Ctrl+C.",
+    ),
 ) -> None:
     from specctl.commands.deployment import run_apply
 
     if not (math.isfinite(load_timeout_s) and load_timeout_s > 0):  # NaN waited for ever
         fail(f"--load-timeout must be a finite number > 0 (seconds), got {load_timeout_s}")
-    raise typer.Exit(run_apply(config_file, as_json, load_timeout_s))
+    if watch_s is not None and not (math.isfinite(watch_s) and watch_s >= 0.5):
+        fail(f"--watch must be a number of seconds >= 0.5, got {watch_s}")
+    raise typer.Exit(run_apply(config_file, as_json, load_timeout_s, watch_s))
 
 
 @app.command(

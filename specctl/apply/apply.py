@@ -31,7 +31,7 @@ from specctl.apply.shards import (
 from specctl.apply.state import AppliedState, ServerState
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import ConfigError
-from specctl.config.loader import load_config
+from specctl.config.loader import load_config, load_config_text
 from specctl.deploy.live_nodes import wait_one_live_node_each
 from specctl.deploy.ray_connect import connect, disconnect
 from specctl.deploy.server_process import ServerRecord
@@ -66,17 +66,22 @@ def apply_deployment(
     home: SpecctlHome,
     events: ApplyEvents,
     options: ApplyOptions | None = None,
+    config_text: str | None = None,
 ) -> ApplyResult:
+    """`config_text`: apply this text as the file at `config_path` (its relative paths start
+    there), not what the file holds now (the watch re-applies what was applied)."""
     opts = options or ApplyOptions()
-    config, plan = _validate_and_plan(config_path, events)
+    config, plan = _validate_and_plan(config_path, events, config_text)
     ServerRecord.load(home.server_file)  # a record that cannot be trusted: before anything runs
     home.ensure()  # after the checks: a file refused leaves nothing behind
+    text = config_path.read_text() if config_text is None else config_text
     with home_lock(home, "apply"):  # one apply or down at a time (home_lock.py)
-        return _apply_locked(config_path, config, plan, home, events, opts)
+        return _apply_locked(config_path, text, config, plan, home, events, opts)
 
 
 def _apply_locked(
     config_path: Path,
+    config_text: str,
     config: ClusterConfig,
     plan: Plan,
     home: SpecctlHome,
@@ -135,7 +140,7 @@ def _apply_locked(
                 started.extend(f"node {name} stopped" for name in retired)
         state = replace(
             _partial_state(config_path, config, plan, cluster, desired),
-            config_text=config_path.read_text(),
+            config_text=config_text,
             server=_server_state(config, desired),
             db_path=str(home.db_file),
             deployment_id=previous.deployment_id if previous else 0,
@@ -234,10 +239,15 @@ def _partial_state(
     )
 
 
-def _validate_and_plan(config_path: Path, events: ApplyEvents) -> tuple[ClusterConfig, Plan]:
+def _validate_and_plan(
+    config_path: Path, events: ApplyEvents, config_text: str | None = None
+) -> tuple[ClusterConfig, Plan]:
     events.step("validate", "started", str(config_path))
-    try:
-        config = load_config(config_path)  # ConfigError names file:line: field
+    try:  # ConfigError names file:line: field
+        if config_text is None:
+            config = load_config(config_path)
+        else:
+            config = load_config_text(config_text, config_path, f"{config_path} (as applied)")
     except ConfigError as error:
         events.step("validate", "failed", f"{len(error.issues)} problem(s) in the file")
         raise

@@ -5,9 +5,11 @@ stderr (or JSON lines to stdout with `--json`), the result to stdout, failures t
 message and a non-zero exit.
 """
 
+import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from rich.table import Table
 
@@ -15,27 +17,83 @@ from specctl.apply.status import StatusReport, read_status
 from specctl.console import make_console
 from specctl.home import SpecctlHome
 
+if TYPE_CHECKING:
+    from specctl.apply.apply import ApplyOptions, ApplyResult
+    from specctl.commands.apply_view import ConsoleEvents, JsonEvents
+
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_DEGRADED = 3  # status: applied, but not all of it serving (a shard down, no server)
 
 
-def run_apply(config_file: Path, as_json: bool, load_timeout_s: float) -> int:
+def run_apply(
+    config_file: Path, as_json: bool, load_timeout_s: float, watch_s: float | None = None
+) -> int:
+    """`watch_s`: after the apply, keep what was applied running, looking every `watch_s`
+    seconds, until SIGINT or SIGTERM (specctl/apply/watch.py)."""
     from specctl.apply.apply import ApplyOptions, apply_deployment
     from specctl.commands.apply_view import ConsoleEvents, JsonEvents
     from specctl.config.errors import ConfigError
 
     home = SpecctlHome.resolve()
-    events = JsonEvents() if as_json else ConsoleEvents()
+    out = sys.stdout
+    events = JsonEvents(out) if as_json else ConsoleEvents()
+    options = ApplyOptions(load_timeout_s=load_timeout_s)
+    # with --json, stdout holds JSON lines alone: what Ray prints there from its threads at
+    # any moment (a node marked dead, say) goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        try:
+            with events:
+                result = apply_deployment(config_file, home, events, options)
+        except ConfigError as exc:  # one line per issue, each with its file:line: field
+            return _failed(str(exc), as_json, EXIT_INVALID, every_line=True, out=out)
+        except Exception as exc:  # every failure of a step is said in one message
+            return _failed(_why(exc), as_json, EXIT_FAILED, out=out)
+        _print_applied(result, as_json, out)
+        if watch_s is not None:
+            _watch(home, events, options, watch_s)
+    return 0
+
+
+def _watch(
+    home: SpecctlHome,
+    events: "ConsoleEvents | JsonEvents",
+    options: "ApplyOptions",
+    interval_s: float,
+) -> None:
+    """Until SIGINT or SIGTERM (a second SIGINT interrupts an apply under way)."""
+    import signal
+    import threading
+
+    from specctl.apply.apply import apply_deployment
+    from specctl.apply.watch import watch
+
+    stop = threading.Event()
+
+    def asked_to_stop(signum: int, _frame: object) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+
+    def handle() -> dict[int, object]:
+        return {s: signal.signal(s, asked_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def repair(path: Path, text: str) -> object:
+        try:
+            return apply_deployment(path, home, events, options, config_text=text)
+        finally:
+            handle()  # Ray's shutdown puts SIGTERM back to its default: it ended the watch
+
+    previous = handle()
     try:
         with events:
-            result = apply_deployment(
-                config_file, home, events, ApplyOptions(load_timeout_s=load_timeout_s)
-            )
-    except ConfigError as exc:  # one line per issue, each with its file:line: field
-        return _failed(str(exc), as_json, EXIT_INVALID, every_line=True)
-    except Exception as exc:  # every failure of a step is said in one message
-        return _failed(_why(exc), as_json, EXIT_FAILED)
+            watch(home, events, repair, interval_s, stop)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
+
+
+def _print_applied(result: "ApplyResult", as_json: bool, out: TextIO) -> None:
     changed = ", ".join(result.changed) if result.changed else "nothing (already as asked)"
     if as_json:
         print(
@@ -47,7 +105,9 @@ def run_apply(config_file: Path, as_json: bool, load_timeout_s: float) -> int:
                     "changed": result.changed,
                     "deployment_id": result.deployment_id,
                 }
-            )
+            ),
+            file=out,
+            flush=True,
         )
     else:
         console = make_console()
@@ -56,7 +116,7 @@ def run_apply(config_file: Path, as_json: bool, load_timeout_s: float) -> int:
         )
         console.print(f"changed: {changed}")
         console.print("status: specctl status   stop: specctl down")
-    return 0
+    sys.stdout.flush()  # a watch follows: a pipe reading this would wait for it to end
 
 
 def run_down(as_json: bool) -> int:
@@ -138,11 +198,14 @@ def _why(error: BaseException) -> str:
     return str(error).strip() or type(error).__name__
 
 
-def _failed(message: str, as_json: bool, code: int, every_line: bool = False) -> int:
-    """The outcome (with --json) and the error on stderr; `every_line`: each line of the
-    message is an error of its own (a config file's issues), prefixed as `plan` does."""
+def _failed(
+    message: str, as_json: bool, code: int, every_line: bool = False, out: TextIO | None = None
+) -> int:
+    """The outcome (with --json, to `out`: stdout) and the error on stderr; `every_line`: each
+    line of the message is an error of its own (a config file's issues), prefixed as `plan`
+    does."""
     if as_json:
-        print(json.dumps({"kind": "outcome", "is_ok": False, "message": message}))
+        print(json.dumps({"kind": "outcome", "is_ok": False, "message": message}), file=out)
     lines = message.splitlines() if every_line else [message]
     for line in lines:
         print(f"specctl: error: {line}", file=sys.stderr)

@@ -13,7 +13,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -566,6 +566,76 @@ def test_a_node_whose_raylet_died_is_started_again(
     assert took < 200, f"apply took {took:.0f} s"
     again = cli.apply(config)
     assert "changed: nothing" in again.stdout, again.stdout + again.stderr
+
+
+def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
+    deployment: tuple[Cli, Path],
+) -> None:
+    """A raylet killed under the drafter's node: nothing repaired it until someone applied.
+    `apply --watch` does: it looks every second, finds the drafter gone, applies again what
+    was applied (the node and its drafter start again), and at SIGTERM stops watching with
+    the deployment running. The file edited meanwhile is said, not applied."""
+    cli, config = deployment
+    text = config.read_text()
+    watching = cli.start("apply", "--json", "--watch", "1", str(config))
+    records: list[dict] = []
+    not_json: list[str] = []  # --json promises JSON lines on stdout, and nothing else
+
+    def read() -> None:
+        assert watching.stdout is not None
+        for line in watching.stdout:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                not_json.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def watch_steps(state: str) -> list[str]:
+        return [
+            r["detail"] for r in list(records) if r.get("name") == "watch" and r["state"] == state
+        ]
+
+    def wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert watching.poll() is None, f"the watch ended: {records} {not_json}"
+            assert time.monotonic() < deadline, f"{what}: {records} {not_json}"
+            time.sleep(0.5)
+
+    node_root = cli.ray_root() / DRAFTER_NODE
+    try:
+        wait_for(
+            "watching", lambda: any("looking every 1 s" in d for d in watch_steps("started")), 120
+        )
+        assert any(r.get("kind") == "outcome" and r["is_ok"] for r in records), records
+        config.write_text(text + "# edited while watched\n")
+        (raylet,) = raylet_pids(node_root)
+        drafter = next(s for s in cli.status()["shards"] if s["role"] == "drafter")
+        os.kill(raylet, signal.SIGKILL)
+        wait_for("repaired", lambda: "repaired" in watch_steps("done"), 300)
+        assert any(d.startswith("repairing: ") and "drafter" in d for d in watch_steps("started"))
+        assert any("changed since it was applied" in d for d in watch_steps("skipped"))
+        assert len(now := raylet_pids(node_root)) == 1 and now[0] != raylet
+        deadline = time.monotonic() + 30  # the server's shard watcher looks every 2 s
+        while not (status := cli.status())["is_healthy"]:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+        now_drafter = next(s for s in status["shards"] if s["role"] == "drafter")
+        assert now_drafter["pid"] != drafter["pid"]
+        applied = json.loads((cli.home / "state.json").read_text())["config_text"]
+        assert applied == text, "the watch applied the edited file"
+        assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+    finally:
+        config.write_text(text)
+        watching.send_signal(signal.SIGTERM)
+        code = watching.wait(timeout=120)
+        reader.join(timeout=10)
+    assert code == 0, records
+    assert not_json == [], not_json
+    assert watch_steps("done")[-1] == "stopped watching; the deployment keeps running"
+    assert cli.status()["is_healthy"]
 
 
 def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:
