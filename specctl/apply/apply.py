@@ -31,7 +31,7 @@ from specctl.apply.shards import (
 from specctl.apply.state import AppliedState, ServerState
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import ConfigError
-from specctl.config.loader import load_config, load_config_text
+from specctl.config.loader import load_config_text, read_config_text
 from specctl.deploy.live_nodes import wait_one_live_node_each
 from specctl.deploy.ray_connect import connect, disconnect
 from specctl.deploy.server_process import ServerRecord
@@ -66,17 +66,33 @@ def apply_deployment(
     home: SpecctlHome,
     events: ApplyEvents,
     options: ApplyOptions | None = None,
-    config_text: str | None = None,
+    as_applied: str | None = None,
 ) -> ApplyResult:
-    """`config_text`: apply this text as the file at `config_path` (its relative paths start
-    there), not what the file holds now (the watch re-applies what was applied)."""
+    """`as_applied`: apply again what was applied, this text (state.json's) as the file at
+    `config_path` (its relative paths start there), not what the file holds now; refused
+    (AppliedSince) where, by the time the lock is held, the deployment was taken down or
+    applied anew (the watch's repairs)."""
     opts = options or ApplyOptions()
-    config, plan = _validate_and_plan(config_path, events, config_text)
+    text = read_config_text(config_path) if as_applied is None else as_applied
+    config, plan = _validate_and_plan(config_path, events, text, as_applied is not None)
     ServerRecord.load(home.server_file)  # a record that cannot be trusted: before anything runs
     home.ensure()  # after the checks: a file refused leaves nothing behind
-    text = config_path.read_text() if config_text is None else config_text
     with home_lock(home, "apply"):  # one apply or down at a time (home_lock.py)
+        if as_applied is not None:
+            _check_still_applied(home, as_applied)
         return _apply_locked(config_path, text, config, plan, home, events, opts)
+
+
+class AppliedSince(ApplyError):
+    """What a repair was to apply again is no longer what is applied (down, or applied anew)."""
+
+
+def _check_still_applied(home: SpecctlHome, text: str) -> None:
+    now = AppliedState.load(home.state_file)
+    if now is None:
+        raise AppliedSince("nothing is applied any more (`specctl down`)")
+    if now.config_text != text:
+        raise AppliedSince(f"{now.config_path} was applied anew meanwhile")
 
 
 def _apply_locked(
@@ -240,14 +256,14 @@ def _partial_state(
 
 
 def _validate_and_plan(
-    config_path: Path, events: ApplyEvents, config_text: str | None = None
+    config_path: Path, events: ApplyEvents, text: str, as_applied: bool = False
 ) -> tuple[ClusterConfig, Plan]:
+    """`text`: the file's, read once (what is applied is what was checked); `as_applied`:
+    state.json's, errors naming the file "(as applied)"."""
     events.step("validate", "started", str(config_path))
+    shown = f"{config_path} (as applied)" if as_applied else str(config_path)
     try:  # ConfigError names file:line: field
-        if config_text is None:
-            config = load_config(config_path)
-        else:
-            config = load_config_text(config_text, config_path, f"{config_path} (as applied)")
+        config = load_config_text(text, config_path, shown)
     except ConfigError as error:
         events.step("validate", "failed", f"{len(error.issues)} problem(s) in the file")
         raise

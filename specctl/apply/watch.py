@@ -3,32 +3,49 @@
 Applying again repairs a deployment (a node whose raylet died is started again with its
 shards, a verifier Ray gave up restarting is replaced), but only when someone applies. The
 watch does it: every interval it reads the deployment's status (state.json, the serving
-process's view of its shards: no Ray call, no node asked) and, when something has been broken
-for GRACE_LOOKS looks in a row, applies again what was applied (the file text state.json
-keeps, from the file's path: an edit to the file since is not applied behind the operator's
-back; the watch says so once). A shard loading is not broken: Ray restarts a dead actor
-itself, and the shard loads again. A repair that fails is tried again after a pause that
-doubles, up to MAX_BACKOFF_S. The watch ends when asked (SIGINT, SIGTERM: an apply under way
-finishes first) or when nothing is applied any more (`specctl down`). Every wait is bounded:
-a look by the status timeouts, a repair by apply's own.
+process's view of its shards: no Ray call, no node asked), and where something has been
+broken for GRACE_S and two looks or more, it applies again what was applied: the file text
+state.json keeps, from the file's path (an edit to the file since is not applied behind the
+operator's back; the watch says so once). Broken is what an apply can mend: the serving process
+gone, not answering or degraded, a shard failed, stopped or unreachable. A shard loading is not
+(Ray restarts a dead actor itself, and it loads again), nor a damaged metrics sample; and the
+grace outlasts the server's own look at its shards (every 2 s, 5 s at most), so that one stale
+look, or a restart Ray has under way, is not taken for a fault. After a repair, successful or
+not, the next waits double (up to MAX_BACKOFF_S, or the interval where longer) until a look
+finds the deployment whole again: a fault an apply cannot mend is not applied at for ever.
+
+A repair takes the home's lock like any apply, and there checks that what it was to apply is
+still what is applied: a `specctl down`, or an apply of another file, since its look, ends or
+redirects the watch instead of being undone. The watch ends when asked (SIGINT, SIGTERM: an
+apply under way finishes first; a second SIGINT interrupts it) or when nothing is applied any
+more. Every wait is bounded: a look by the status timeouts, a repair by apply's own.
 """
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specctl.apply.apply import AppliedSince
 from specctl.apply.events import ApplyEvents
+from specctl.apply.home_lock import HomeBusyError
 from specctl.apply.shards import said
 from specctl.apply.state import AppliedState, StateError
 from specctl.apply.status import StatusReport, read_status
 from specctl.home import SpecctlHome
 
 STEP = "watch"
-GRACE_LOOKS = 2  # looks in a row that find it broken before it is repaired
+GRACE_LOOKS = 2  # looks in a row that find it broken...
+GRACE_S = 10.0  # ...over at least this long, before it is repaired
 MAX_BACKOFF_S = 300.0
-BROKEN_STATES = frozenset({"failed", "stopped", "unreachable", "unknown"})
+BROKEN_STATES = frozenset({"failed", "stopped", "unreachable"})
+SERVER = "the serving process "  # its problems: not running, not answering
 
-Repair = Callable[[Path, str], object]  # (the file's path, the text to apply) -> anything
+Repair = Callable[[Path, str], object]  # (the file's path, the applied text) -> anything
+
+
+class WatchError(Exception):
+    """The watch cannot go on (state.json unreadable); the message says why."""
 
 
 def watch(
@@ -39,44 +56,50 @@ def watch(
     stop: threading.Event,
 ) -> None:
     """Look every `interval_s` until `stop` is set or nothing is applied; repair with
-    `repair` (apply_deployment over the applied text) what stays broken."""
+    `repair` (apply_deployment of the applied text) what stays broken."""
     events.step(STEP, "started", f"looking every {interval_s:g} s (Ctrl+C stops watching)")
-    broken_looks, wait_s, told_edited = 0, interval_s, False
+    looks, since, wait_s, told_edited = 0, 0.0, interval_s, False
     while not stop.wait(wait_s):
         try:
             state = AppliedState.load(home.state_file)
         except StateError as exc:
             events.step(STEP, "failed", str(exc))
-            break
+            raise WatchError(str(exc)) from None
         if state is None:
             events.step(STEP, "done", "nothing is applied any more: stopped watching")
             return
-        why = broken(read_status(home))
-        broken_looks = broken_looks + 1 if why else 0
         if not told_edited and _edited(state):
             told_edited = True
             edited = f"{state.config_path} changed since it was applied; the watch keeps what "
             events.step(STEP, "skipped", edited + "was applied: apply the file to change it")
-        if broken_looks < GRACE_LOOKS:
-            wait_s = interval_s
+        why = broken(read_status(home))
+        if not why:
+            looks, wait_s = 0, interval_s
+            continue
+        looks, since = looks + 1, since if looks else time.monotonic()
+        if looks < GRACE_LOOKS or time.monotonic() - since < GRACE_S:
             continue
         events.step(STEP, "started", f"repairing: {why}")
+        looks, wait_s = 0, min(max(wait_s, interval_s) * 2, max(MAX_BACKOFF_S, interval_s))
         try:
             repair(Path(state.config_path), state.config_text)
-        except Exception as exc:  # said, and tried again later: the watch outlives a failure
-            wait_s = min(max(wait_s, interval_s) * 2, MAX_BACKOFF_S)
-            events.step(STEP, "failed", f"{said(exc)} (trying again in {wait_s:g} s)")
+        except (HomeBusyError, AppliedSince) as exc:  # another apply or down, since: look again
+            events.step(STEP, "skipped", f"{said(exc)}: nothing repaired")
+            wait_s = interval_s
             continue
-        events.step(STEP, "done", "repaired")
-        broken_looks, wait_s = 0, interval_s
+        except Exception as exc:  # said, and tried again later: the watch outlives a failure
+            events.step(STEP, "failed", f"{said(exc)} (next look in {wait_s:g} s)")
+            continue
+        events.step(STEP, "done", f"repaired (next look in {wait_s:g} s)")
     events.step(STEP, "done", "stopped watching; the deployment keeps running")
 
 
 def broken(report: StatusReport) -> str:
-    """What is broken in the deployment ("" when nothing; a shard loading is not broken)."""
+    """What an apply can mend in the deployment ("" when nothing: a shard loading, or the
+    metrics history, is not broken)."""
     if report.deployment is None:
-        return "; ".join(report.problems) or "nothing applied"
-    problems = [*report.problems]
+        return ""  # nothing applied (or state.json unreadable): the watch's loop says so
+    problems = [p for p in report.problems if p.startswith(SERVER)]
     if report.is_server_alive and report.server_status not in ("ready", None):
         problems.append(f"the serving process is {report.server_status}")
     problems += [
@@ -89,6 +112,6 @@ def broken(report: StatusReport) -> str:
 
 def _edited(state: AppliedState) -> bool:
     try:
-        return Path(state.config_path).read_text() != state.config_text
+        return Path(state.config_path).read_text(encoding="utf-8-sig") != state.config_text
     except OSError:
         return True

@@ -36,12 +36,17 @@ class ConsoleEvents:
         self._loaded: set[str] = set()
 
     def __enter__(self) -> "ConsoleEvents":
+        # anew each time (`apply --watch` enters once per repair): no bar left from the last
+        self._tasks.clear()
+        self._loaded.clear()
         self._progress.start()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        for task in self._tasks.values():
+            self._progress.remove_task(task)
         self._progress.stop()
 
     def step(self, name: str, state: StepState, detail: str = "") -> None:

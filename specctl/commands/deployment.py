@@ -51,7 +51,7 @@ def run_apply(
             return _failed(_why(exc), as_json, EXIT_FAILED, out=out)
         _print_applied(result, as_json, out)
         if watch_s is not None:
-            _watch(home, events, options, watch_s)
+            return _watch(home, events, options, watch_s)
     return 0
 
 
@@ -60,37 +60,37 @@ def _watch(
     events: "ConsoleEvents | JsonEvents",
     options: "ApplyOptions",
     interval_s: float,
-) -> None:
-    """Until SIGINT or SIGTERM (a second SIGINT interrupts an apply under way)."""
+) -> int:
+    """Until SIGINT or SIGTERM (a second SIGINT interrupts an apply under way); the exit code."""
     import signal
     import threading
 
     from specctl.apply.apply import apply_deployment
-    from specctl.apply.watch import watch
+    from specctl.apply.watch import WatchError, watch
 
     stop = threading.Event()
 
     def asked_to_stop(signum: int, _frame: object) -> None:
         if stop.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        stop.set()
-
-    def handle() -> dict[int, object]:
-        return {s: signal.signal(s, asked_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        # set from a thread of its own: the handler runs in the main thread, which may hold
+        # the event's lock inside its wait, and set() would wait for it for ever
+        threading.Thread(target=stop.set, name="watch-stop").start()
 
     def repair(path: Path, text: str) -> object:
-        try:
-            return apply_deployment(path, home, events, options, config_text=text)
-        finally:
-            handle()  # Ray's shutdown puts SIGTERM back to its default: it ended the watch
+        with events:  # (a fresh progress display per repair)
+            return apply_deployment(path, home, events, options, as_applied=text)
 
-    previous = handle()
+    previous = {s: signal.signal(s, asked_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with events:
-            watch(home, events, repair, interval_s, stop)
+        watch(home, events, repair, interval_s, stop)
+    except WatchError as exc:
+        print(f"specctl: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)  # type: ignore[arg-type]
+    return 0
 
 
 def _print_applied(result: "ApplyResult", as_json: bool, out: TextIO) -> None:

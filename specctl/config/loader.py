@@ -28,10 +28,16 @@ def load_config(path: Path | str, nodes_timeout_s: float | None = FETCH_TIMEOUT_
     """Read and check the cluster file at `path`; raise ConfigError listing what is wrong.
     A model kept on its nodes alone is read through their specds, answers awaited
     `nodes_timeout_s` (None: no node is asked, and such a model is an error)."""
+    text = read_config_text(path)
+    return load_config_text(text, Path(path), str(path), nodes_timeout_s)
+
+
+def read_config_text(path: Path | str) -> str:
+    """The cluster file's text, as load_config reads it; ConfigError where it cannot be read."""
     file_path = Path(path)
     shown = str(path)
     try:
-        text = file_path.read_text(encoding="utf-8-sig")  # a byte-order mark (editors on
+        return file_path.read_text(encoding="utf-8-sig")  # a byte-order mark (editors on
         # Windows write one) is not TOML, and tomllib called it an invalid statement
     except FileNotFoundError:
         raise ConfigError([ConfigIssue(shown, None, (), "file not found")]) from None
@@ -43,7 +49,6 @@ def load_config(path: Path | str, nodes_timeout_s: float | None = FETCH_TIMEOUT_
     except OSError as error:
         issue = ConfigIssue(shown, None, (), f"cannot read it: {error.strerror}")
         raise ConfigError([issue]) from None
-    return load_config_text(text, file_path, shown, nodes_timeout_s)
 
 
 def load_config_text(

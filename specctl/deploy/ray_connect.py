@@ -1,6 +1,10 @@
 """Join a Ray cluster as a driver, with the cluster token, within a bounded time."""
 
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.specd.address import is_reachable, parse_address
@@ -37,13 +41,14 @@ def connect(address: str, token_file: Path, namespace: str = NAMESPACE) -> None:
     os.environ.setdefault("RAY_NUM_REDIS_GET_RETRIES", GCS_RETRIES)
     _reload_auth_settings()
     try:
-        ray.init(
-            address=address,
-            namespace=namespace,
-            log_to_driver=False,
-            logging_level="ERROR",
-            configure_logging=False,
-        )
+        with _own_signal_handlers():
+            ray.init(
+                address=address,
+                namespace=namespace,
+                log_to_driver=False,
+                logging_level="ERROR",
+                configure_logging=False,
+            )
     except Exception as exc:  # Ray raises many kinds here (auth, version, connection)
         raise RayConnectError(f"cannot join the Ray cluster at {address}: {exc}") from None
 
@@ -61,4 +66,23 @@ def disconnect() -> None:
     import ray
 
     if ray.is_initialized():
-        ray.shutdown()
+        with _own_signal_handlers():
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """The process's SIGTERM and SIGINT handlers as they were: `ray.init` replaces SIGTERM's
+    with one that exits at once, and `ray.shutdown` leaves the default (the end of the
+    process), where `apply --watch` asked to finish its apply first. Main thread only (the
+    only one that may set them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            if handler is not None:
+                signal.signal(number, handler)

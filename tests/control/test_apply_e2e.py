@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -589,8 +590,13 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
             except ValueError:
                 not_json.append(line)
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    errors: list[str] = []  # read as it comes: a full pipe would stop the watch
+    readers = [
+        threading.Thread(target=read, daemon=True),
+        threading.Thread(target=lambda: errors.extend(watching.stderr or []), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
 
     def watch_steps(state: str) -> list[str]:
         return [
@@ -600,7 +606,7 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
     def wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not condition():
-            assert watching.poll() is None, f"the watch ended: {records} {not_json}"
+            assert watching.poll() is None, f"the watch ended: {records} {''.join(errors)}"
             assert time.monotonic() < deadline, f"{what}: {records} {not_json}"
             time.sleep(0.5)
 
@@ -614,7 +620,9 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
         (raylet,) = raylet_pids(node_root)
         drafter = next(s for s in cli.status()["shards"] if s["role"] == "drafter")
         os.kill(raylet, signal.SIGKILL)
-        wait_for("repaired", lambda: "repaired" in watch_steps("done"), 300)
+        wait_for(
+            "repaired", lambda: any(d.startswith("repaired") for d in watch_steps("done")), 300
+        )
         assert any(d.startswith("repairing: ") and "drafter" in d for d in watch_steps("started"))
         assert any("changed since it was applied" in d for d in watch_steps("skipped"))
         assert len(now := raylet_pids(node_root)) == 1 and now[0] != raylet
@@ -630,20 +638,40 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
     finally:
         config.write_text(text)
         watching.send_signal(signal.SIGTERM)
-        code = watching.wait(timeout=120)
-        reader.join(timeout=10)
-    assert code == 0, records
+        try:
+            code = watching.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            watching.kill()  # it would go on repairing under the next tests
+            raise
+        for reader in readers:
+            reader.join(timeout=10)
+    assert code == 0, f"{records}\n{''.join(errors)[-3000:]}"
     assert not_json == [], not_json
     assert watch_steps("done")[-1] == "stopped watching; the deployment keeps running"
     assert cli.status()["is_healthy"]
 
 
 def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:
-    cli, _ = deployment
+    """...and ends an `apply --watch` watching it (which neither repairs what down stops nor
+    applies it again)."""
+    cli, config = deployment
     status = cli.status()
     pids = [status["server_pid"], *(s["pid"] for s in status["shards"])]
     assert cli.processes() and all(Path(f"/proc/{pid}").exists() for pid in pids)
-    done = cli.run("down", timeout_s=180)
+    watching = cli.start("apply", "--json", "--watch", "1", str(config))
+    try:
+        assert watching.stdout is not None
+        for line in watching.stdout:  # the apply's outcome, then the watch looks
+            if json.loads(line).get("name") == "watch":
+                break
+        done = cli.run("down", timeout_s=180)
+        said, errors = watching.communicate(timeout=120)
+    finally:
+        if watching.poll() is None:
+            watching.kill()
+    assert watching.returncode == 0, said + errors
+    assert "nothing is applied any more: stopped watching" in said, said + errors
+    assert '"state": "done", "detail": "repaired' not in said, said  # (tried: refused)
     assert done.returncode == 0, done.stderr
     assert cli.processes() == []
     assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
