@@ -16,6 +16,7 @@ import torch
 from daemon.cgroup_memory import CgroupMemory, cgroup_memory, memory_bytes, memory_cgroup
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.load_ledger import LEDGER_ENV
 from daemon.runtime.model.memory_guard import require_room
 
 MIB = 1 << 20
@@ -207,6 +208,7 @@ from daemon.specd.host_info import collect_host_info
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.config import ModelConfig
 from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.load_ledger import LEDGER_ENV
 from daemon.runtime.model.llama import LlamaForCausalLM
 host = collect_host_info()
 said = []
@@ -255,3 +257,64 @@ def test_in_a_cgroup_limited_below_the_machine() -> None:
     assert model is not None, "a model of 0.28 GiB of weights was let load"
     assert model.startswith("the weights (0.28 GiB) and the KV cache (1 slots x 64 positions")
     assert model.endswith("or spread the model over more nodes"), model
+
+
+TWO_LOADS = """
+import json, sys, time, torch
+from pathlib import Path
+from daemon.cgroup_memory import cgroup_memory
+from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.model.kv_cache import KVCache
+from daemon.runtime.model.load_ledger import LEDGER_ENV
+from daemon.runtime.model.memory_guard import loading
+go = Path(sys.argv[1])
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.01)
+room = cgroup_memory().room_bytes  # both processes idle: what the two loads share
+layers = int(0.6 * room) // (16 << 20)  # K and V of [4 slots, 8 heads, 1024, 64] float32: 16 MiB
+try:
+    with loading():
+        cache = KVCache(num_layers=layers, num_slots=4, num_kv_heads=8, max_model_len=1024,
+                        head_dim=64, dtype=torch.float32, device=torch.device("cpu"))
+        time.sleep(1.0)  # the weights being read
+    said = None
+except ModelLoadError as exc:
+    said = str(exc)
+print(json.dumps(said), flush=True)
+time.sleep(1.0)  # serving: the memory stays in use
+"""
+
+
+def test_two_loads_at_once_in_a_cgroup_that_holds_one(tmp_path: Path) -> None:
+    """Two shards load at the same moment in one cgroup of 900 MiB, each wanting 0.6 of the
+    room both see: both would pass a check of the free memory alone, and the kernel would
+    kill one part-way (-9). One waits for the other's load, then is refused with a message."""
+    go = tmp_path / "go"
+    with _child_cgroup(900 * MIB) as child:
+        enter = f"echo $$ > {child}/cgroup.procs && exec {sys.executable} -c '{TWO_LOADS}' {go}"
+        loads = [
+            subprocess.Popen(
+                ["sh", "-c", enter],
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO), LEDGER_ENV: str(tmp_path / "ledger")},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        try:
+            for load in loads:
+                assert load.stdout is not None and load.stdout.readline().strip() == "ready"
+            go.touch()
+            done = [load.communicate(timeout=120) for load in loads]
+        finally:
+            for load in loads:
+                load.kill()
+                load.wait(timeout=30)
+    assert [load.returncode for load in loads] == [0, 0], [err[-2000:] for _, err in done]
+    said = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in done), key=str)
+    assert said[0] is None, said  # "None" sorts before "the KV cache"
+    assert said[1] is not None and said[1].startswith("the KV cache (4 slots x 1024 positions")
+    assert "this node's memory (its cgroup's limit: 0.88 GiB)" in said[1]

@@ -12,6 +12,7 @@ from daemon.runtime.model.config import DTYPES, LEAN_ARCHITECTURES, LEAN_ROPE_TY
 from daemon.runtime.model.host_memory import keep_freed_host_memory
 from daemon.runtime.model.linear import prepack_linears
 from daemon.runtime.model.llama import LlamaForCausalLM
+from daemon.runtime.model.memory_guard import loading
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.model.sharding import (
     ROW_PARALLEL,
@@ -178,6 +179,29 @@ def load_lean(
     tp: TensorParallel | None = None,
     layers: tuple[int, int] | None = None,
 ) -> LlamaForCausalLM:
+    # the room checked for the cache and weights is held for this machine's other loads
+    # until they are in memory (memory_guard.loading)
+    with loading():
+        model = _read_lean(model_dir, config, dtype, device, num_slots, max_model_len,
+                           progress, tp, layers)  # fmt: skip
+    model.enable_native_pass()
+    if model.is_whole and cuda_graphs_wanted(device):  # the device check: never on a CPU
+        model.enable_static_passes(capture=True)
+    return model.requires_grad_(False).eval()
+
+
+def _read_lean(
+    model_dir: Path,
+    config: ModelConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    num_slots: int,
+    max_model_len: int,
+    progress: LoadProgress | None,
+    tp: TensorParallel | None,
+    layers: tuple[int, int] | None,
+) -> LlamaForCausalLM:
+    """The model with its KV cache allocated and its weights read and packed."""
     model = LlamaForCausalLM(
         config,
         max_model_len=max_model_len,
@@ -200,10 +224,7 @@ def load_lean(
     model.load_state_dict(state, strict=True, assign=True)
     prepack_linears(model)
     model.pack_tied_head()
-    model.enable_native_pass()
-    if model.is_whole and cuda_graphs_wanted(device):  # the device check: never on a CPU
-        model.enable_static_passes(capture=True)
-    return model.requires_grad_(False).eval()
+    return model
 
 
 def _load_param(

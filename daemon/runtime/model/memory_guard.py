@@ -8,15 +8,20 @@ reported when it planned, but a node's memory can be taken since (another shard,
 two local Ray nodes on one machine, each counting all of it): this is the check at the moment
 it matters, of the weights and the KV cache together. It keeps HEADROOM of the memory free:
 Ray's memory monitor kills workers once a node is 95% full. Shards loading at the same moment
-on one machine each see the same free memory: the check does not cover that.
+on one machine each see the same free memory: inside `loading()`, what a check found room for
+is recorded for the others until the load ends (load_ledger.py).
 """
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
 
 from daemon.cgroup_memory import cgroup_memory, memory_bytes
 from daemon.runtime.errors import ModelLoadError
+from daemon.runtime.model.load_ledger import WAIT_S, LoadLedger, Pending
 
 GIB = float(1 << 30)
 HEADROOM = 0.05  # of the device's memory, kept free
@@ -49,16 +54,71 @@ def room_on(device: torch.device) -> Room | None:
     return None
 
 
-def require_room(needed_bytes: int, device: torch.device, what: str, advice: str) -> None:
+def device_key(device: torch.device) -> str:
+    """The memory `device` allocates from, as the load ledger names it: a unified-memory GPU
+    takes the host's ("cpu")."""
+    if device.type != "cuda":
+        return device.type
+    props = torch.cuda.get_device_properties(device)
+    if props.is_integrated:
+        return "cpu"
+    return f"cuda-{getattr(props, 'uuid', device.index)}"
+
+
+_load: ContextVar[LoadLedger | None] = ContextVar("specctl_load", default=None)
+
+
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """Around one model's load: the room its checks find stays recorded for the machine's
+    other loads until the load ends, loaded or failed."""
+    ledger = LoadLedger()
+    token = _load.set(ledger)
+    try:
+        yield
+    finally:
+        _load.reset(token)
+        ledger.release()
+
+
+def require_room(
+    needed_bytes: int, device: torch.device, what: str, advice: str, wait_s: float = WAIT_S
+) -> None:
     """ModelLoadError, saying what needs how much and what to lower, where `device` has less
-    than `needed_bytes` free beyond its headroom."""
-    room = room_on(device)
-    if room is None:
+    than `needed_bytes` free beyond its headroom and what other loads on this machine are
+    about to take (waiting up to `wait_s` for those to end where that is what stands in the
+    way). Inside `loading()`, the bytes are recorded for the others until it ends."""
+    first = room_on(device)
+    if first is None:
         return
-    usable = room.free_bytes - int(HEADROOM * room.total_bytes)
-    if needed_bytes > usable:
+    room = first
+
+    def usable() -> int:
+        nonlocal room
+        room = room_on(device) or room
+        return room.free_bytes - int(HEADROOM * room.total_bytes)
+
+    ledger = _load.get()
+    claimer = ledger or LoadLedger()
+    left, others = claimer.claim(device_key(device), needed_bytes, what, usable, wait_s)
+    if ledger is None:
+        claimer.release()  # no load to hold it for: checked, not kept
+    if needed_bytes > left:
         raise ModelLoadError(
             f"{what} needs {needed_bytes / GIB:.2f} GiB and {room.where} has "
             f"{room.free_bytes / GIB:.2f} GiB free, less {HEADROOM:.0%} of its "
-            f"{room.total_bytes / GIB:.2f} GiB kept free: {advice}"
+            f"{room.total_bytes / GIB:.2f} GiB kept free{_taken(others)}: {advice}"
         )
+
+
+def _taken(others: list[Pending]) -> str:
+    """The loads under way that a refusal counted, for its message."""
+    if not others:
+        return ""
+    total = sum(o.nbytes for o in others)
+    named = "; ".join(f"pid {o.pid}: {o.nbytes / GIB:.2f} GiB" for o in others[:3])
+    more = f"; {len(others) - 3} more" if len(others) > 3 else ""
+    return (
+        f", and {total / GIB:.2f} GiB of it about to be taken by loads under way on this "
+        f"machine ({named}{more})"
+    )
