@@ -46,7 +46,9 @@ def run_apply(
             with events:
                 result = apply_deployment(config_file, home, events, options)
         except ConfigError as exc:  # one line per issue, each with its file:line: field
-            return _failed(str(exc), as_json, EXIT_INVALID, every_line=True, out=out)
+            # nodes that did not answer are a failure to reach them, not an invalid file
+            code = EXIT_FAILED if exc.unreachable else EXIT_INVALID
+            return _failed(str(exc), as_json, code, every_line=True, out=out)
         except Exception as exc:  # every failure of a step is said in one message
             return _failed(_why(exc), as_json, EXIT_FAILED, out=out)
         _print_applied(result, as_json, out)

@@ -3,7 +3,8 @@ nothing is started, written or changed.
 
 Exit status: 0 the plan fits; 1 it does not fit (the problems say which shard, where, by how
 much, and what would help); 2 the file is invalid (one line per problem: file:line: field:
-message); 3 the fit cannot be checked (a node's memory is unknown).
+message); 3 the fit cannot be checked (a node's memory is unknown, or a model kept on its
+nodes alone cannot be read because none of them answers).
 """
 
 import textwrap
@@ -39,7 +40,8 @@ def run_plan(config_path: Path, as_json: bool, mode: ProbeMode, timeout_s: float
     except ConfigError as error:
         for issue in error.issues:
             typer.echo(f"specctl: error: {issue}", err=True)
-        raise typer.Exit(EXIT_INVALID) from None
+        # nodes down are not a mistake in the file: the fit is unknown until they answer
+        raise typer.Exit(EXIT_UNKNOWN if error.unreachable else EXIT_INVALID) from None
     facts = gather_node_facts(config, mode=mode, timeout_s=timeout_s)
     plan = make_plan(config, facts)
     # the token files `apply` reads, checked here too (read, never made): without a node

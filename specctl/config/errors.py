@@ -25,6 +25,8 @@ class ConfigIssue:
     line: int | None  # 1-based; None when the field is absent and so is its table
     loc: Loc  # empty for errors of the whole file (TOML syntax)
     message: str
+    # not a mistake found in the file: the nodes that could check it did not answer
+    unreachable: bool = False
 
     @property
     def field(self) -> str:
@@ -44,3 +46,8 @@ class ConfigError(Exception):
             raise ValueError("ConfigError needs at least one issue")
         self.issues = issues
         super().__init__("\n".join(str(issue) for issue in issues))
+
+    @property
+    def unreachable(self) -> bool:
+        """Every issue is a node that did not answer: the file may be right (plan exits 3)."""
+        return all(issue.unreachable for issue in self.issues)

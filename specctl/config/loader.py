@@ -66,8 +66,11 @@ def load_config_text(
     data = _parse_toml(text, shown)
     lines = TomlLineIndex(text)
 
-    def fail(problems: list[Problem]) -> ConfigError:
-        issues = [ConfigIssue(shown, lines.line_of(loc), loc, message) for loc, message in problems]
+    def fail(problems: list[Problem], unreachable: frozenset[Loc] = frozenset()) -> ConfigError:
+        issues = [
+            ConfigIssue(shown, lines.line_of(loc), loc, message, unreachable=loc in unreachable)
+            for loc, message in problems
+        ]
         return ConfigError(issues)
 
     try:
@@ -80,9 +83,9 @@ def load_config_text(
         raise fail(problems)
     if not read_models:
         return config
-    shapes, problems = read_shapes(config, nodes_timeout_s)
+    shapes, problems, unreachable = read_shapes(config, nodes_timeout_s)
     if problems:
-        raise fail(problems)
+        raise fail(problems, frozenset(unreachable))
     if problems := check_shapes(config, shapes):
         raise fail(problems)
     config.attach(source_path, shapes)

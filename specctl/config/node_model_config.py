@@ -16,12 +16,17 @@ FETCH_TIMEOUT_S = 5.0  # all of a model's nodes asked at once, answers awaited t
 # node that did not answer, for less long: it may be starting)
 CACHE_TTL_S = 30.0
 FAILURE_TTL_S = 10.0
-_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | str]] = {}
+_cache: dict[tuple[str, str, str], tuple[float, "dict[str, Any] | NodeConfigError"]] = {}
 _cache_lock = threading.Lock()
 
 
 class NodeConfigError(Exception):
-    """The node's specd could not give the config.json; the message says why."""
+    """The node's specd could not give the config.json; the message says why. `unreachable`:
+    no specd answered (down, no route, a timeout), as against one that answered no."""
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 def loading_nodes(config: ClusterConfig, model: str) -> list[NodeSpec]:
@@ -37,14 +42,16 @@ def loading_nodes(config: ClusterConfig, model: str) -> list[NodeSpec]:
 
 def first_config(
     config: ClusterConfig, nodes: list[NodeSpec], path: Path, timeout_s: float
-) -> tuple[NodeSpec | None, dict[str, Any] | None, list[str]]:
+) -> tuple[NodeSpec | None, dict[str, Any] | None, list[str], bool]:
     """Ask every node's specd at once for `path`/config.json: the first that gave it (node,
-    parsed JSON), or (None, None) and what each node said ("node X: why")."""
+    parsed JSON), or (None, None) and what each node said ("node X: why"); last, whether no
+    node answered at all (every one down or silent: the model may well be there)."""
     pool = ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="model-config")
     futures: dict[Future[dict[str, Any]], NodeSpec] = {
         pool.submit(_cached_fetch, config, node, path, timeout_s): node for node in nodes
     }
     said: dict[str, str] = {}
+    answered = False
     deadline = time.monotonic() + timeout_s
     try:
         pending = set(futures)
@@ -57,14 +64,16 @@ def first_config(
             for future in done:
                 node = futures[future]
                 try:
-                    return node, future.result(), []
+                    return node, future.result(), [], False
                 except NodeConfigError as error:
                     said[node.name] = str(error)
+                    answered |= not error.unreachable
         for future in pending:  # a DNS lookup httpx cannot bound, say: not waited for
             said[futures[future].name] = f"no answer within {timeout_s:g} s"
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    return None, None, [f"node {n.name}: {said[n.name]}" for n in nodes if n.name in said]
+    answers = [f"node {n.name}: {said[n.name]}" for n in nodes if n.name in said]
+    return None, None, answers, not answered
 
 
 def _cached_fetch(
@@ -76,16 +85,16 @@ def _cached_fetch(
         cached = _cache.get(key)
     if cached is not None:
         at, answer = cached
-        if isinstance(answer, str):
+        if isinstance(answer, NodeConfigError):
             if time.monotonic() - at < FAILURE_TTL_S:
-                raise NodeConfigError(answer)
+                raise NodeConfigError(str(answer), answer.unreachable)
         elif time.monotonic() - at < CACHE_TTL_S:
             return answer
     try:
         raw = _fetch(address, token_file, path, timeout_s)
     except NodeConfigError as error:
         with _cache_lock:
-            _cache[key] = (time.monotonic(), str(error))
+            _cache[key] = (time.monotonic(), error)
         raise
     with _cache_lock:
         _cache[key] = (time.monotonic(), raw)
@@ -108,10 +117,12 @@ def _fetch(address: str, token_file: Path, path: Path, timeout_s: float) -> dict
             timeout=timeout_s,
         )
     except httpx.TimeoutException:
-        raise NodeConfigError(f"specd at {address}: no answer within {timeout_s:g} s") from None
+        raise NodeConfigError(
+            f"specd at {address}: no answer within {timeout_s:g} s", unreachable=True
+        ) from None
     except httpx.HTTPError as error:
         raise NodeConfigError(
-            f"specd at {address} unreachable ({type(error).__name__}: {error})"
+            f"specd at {address} unreachable ({type(error).__name__}: {error})", unreachable=True
         ) from None
     try:
         body = response.json()

@@ -2,6 +2,7 @@
 context lengths, and that draft and verifier share a vocabulary."""
 
 from pathlib import Path
+from typing import NamedTuple
 
 from specctl.config.cluster import ClusterConfig
 from specctl.config.errors import Loc
@@ -17,14 +18,25 @@ from specctl.config.references import DRAFTER, VERIFIER, Problem
 MAX_TENSOR_PARALLEL = 64
 
 
+class NodeShape(NamedTuple):
+    """A model's shape as a node that loads it read it, or why none could."""
+
+    shape: ModelShape | None
+    node: str  # the node that answered ("" if none)
+    problem: str  # why no shape ("" if one)
+    unreachable: bool = False  # no node that loads the model answered: it may well be there
+
+
 def read_shapes(
     config: ClusterConfig, nodes_timeout_s: float | None = FETCH_TIMEOUT_S
-) -> tuple[dict[str, ModelShape], list[Problem]]:
+) -> tuple[dict[str, ModelShape], list[Problem], set[Loc]]:
     """Each model's shape from its config.json: here, or where the model is kept on its nodes
     alone (nothing at its path on this machine), through the specds of the nodes that load it,
-    answers awaited `nodes_timeout_s` (None: no node is asked)."""
+    answers awaited `nodes_timeout_s` (None: no node is asked). Last, the problems' places
+    where no node answered (the file may be right: its nodes are down)."""
     shapes: dict[str, ModelShape] = {}
     problems: list[Problem] = []
+    unreachable: set[Loc] = set()
     for index, model in enumerate(config.models):
         path = config.resolve_path(model.path)
         try:
@@ -32,13 +44,17 @@ def read_shapes(
             continue
         except ModelShapeError as error:
             said = str(error)
+        loc: Loc = ("models", index, "path")
         if not path.exists():
-            shape, _, said = shape_from_nodes(config, model.name, path, said, nodes_timeout_s)
-            if shape is not None:
-                shapes[model.name] = shape
+            found = shape_from_nodes(config, model.name, path, said, nodes_timeout_s)
+            if found.shape is not None:
+                shapes[model.name] = found.shape
                 continue
-        problems.append((("models", index, "path"), said))
-    return shapes, problems
+            said = found.problem
+            if found.unreachable:
+                unreachable.add(loc)
+        problems.append((loc, said))
+    return shapes, problems, unreachable
 
 
 def shape_from_nodes(
@@ -47,37 +63,35 @@ def shape_from_nodes(
     path: Path,
     said_here: str,
     timeout_s: float | None,
-) -> tuple[ModelShape | None, str, str]:
+) -> NodeShape:
     """The shape of `model` (at `path`, missing here: `said_here`) from the specd of a node
-    that loads it: (shape, that node, ""), else (None, "", why not)."""
+    that loads it."""
     nodes = loading_nodes(config, model)
     if not nodes:
-        return (
+        return NodeShape(
             None,
             "",
-            (
-                f"{said_here} (on this machine; no node of the deployment loads {model}, so none "
-                "could say what it is)"
-            ),
+            f"{said_here} (on this machine; no node of the deployment loads {model}, so none "
+            "could say what it is)",
         )
     if local := [n.name for n in nodes if n.is_local]:
-        return (
+        return NodeShape(
             None,
             "",
-            (
-                f"{said_here} on this machine, where {_names(local)} would load it (a local node "
-                "runs here)"
-            ),
+            f"{said_here} on this machine, where {_names(local)} would load it (a local node "
+            "runs here)",
         )
     if timeout_s is None:
-        return None, "", f"{said_here} on this machine; its nodes were not asked (offline)"
-    node, raw, answers = first_config(config, nodes, path, timeout_s)
+        said = f"{said_here} on this machine; its nodes were not asked (offline)"
+        return NodeShape(None, "", said)
+    node, raw, answers, none_answered = first_config(config, nodes, path, timeout_s)
     if node is None or raw is None:
-        return None, "", f"{said_here} on this machine, nor on its nodes: " + "; ".join(answers)
+        said = f"{said_here} on this machine, nor on its nodes: " + "; ".join(answers)
+        return NodeShape(None, "", said, unreachable=none_answered)
     try:
-        return shape_from_file(raw, f"{node.name}:{path / 'config.json'}"), node.name, ""
+        return NodeShape(shape_from_file(raw, f"{node.name}:{path / 'config.json'}"), node.name, "")
     except ModelShapeError as error:
-        return None, "", str(error)
+        return NodeShape(None, "", str(error))
 
 
 def _names(nodes: list[str]) -> str:

@@ -3,6 +3,9 @@ a multimodal checkpoint's text_config is its shape as it is here, and each node 
 answer (no such directory, nothing listening, a token file missing) is named with why."""
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from specctl.config.model_shape import read_model_shape, shape_from_file
 from specctl.config.node_model_config import first_config
 from tests.specd.specd_process import SpecdProcess, free_port
 
-from .deployment_cli import DEMO_TARGET
+from .deployment_cli import DEMO_TARGET, REPO_ROOT
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,7 +60,7 @@ def test_the_first_node_that_has_it_answers(
     config = load_config_text(
         _config([("dead", dead, token), ("box", f"127.0.0.1:{specd.port}", token)], DEMO_TARGET)
     )
-    node, raw, said = first_config(config, list(config.nodes), DEMO_TARGET, 5.0)
+    node, raw, said, _ = first_config(config, list(config.nodes), DEMO_TARGET, 5.0)
     assert node is not None and node.name == "box" and said == []
     assert raw == json.loads((DEMO_TARGET / "config.json").read_text())
 
@@ -74,7 +77,7 @@ def test_what_each_node_said_when_none_has_it(
     ]
     gone = tmp_path / "gone"
     config = load_config_text(_config(nodes, DEMO_TARGET))
-    node, raw, said = first_config(config, list(config.nodes), gone, 5.0)
+    node, raw, said, _ = first_config(config, list(config.nodes), gone, 5.0)
     assert node is None and raw is None
     assert said[0] == (
         f"node box: specd at 127.0.0.1:{specd.port}: model directory {gone} does not exist on "
@@ -95,7 +98,7 @@ def test_a_multimodal_model_read_through_its_node_is_its_text_config(
     config = load_config_text(
         _config([("box", f"127.0.0.1:{specd.port}", token_file[0])], DEMO_TARGET)
     )
-    node, raw, _ = first_config(config, list(config.nodes), tmp_path, 5.0)
+    node, raw, _, _ = first_config(config, list(config.nodes), tmp_path, 5.0)
     assert node is not None and raw == outer
     assert shape_from_file(raw, "box") == read_model_shape(tmp_path)
     assert read_model_shape(tmp_path).num_layers == inner["num_hidden_layers"]
@@ -107,3 +110,35 @@ def test_offline_asks_no_node(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config_text(text, nodes_timeout_s=None)
     assert "does not exist on this machine; its nodes were not asked (offline)" in str(caught.value)
+
+
+def test_a_node_only_model_whose_nodes_are_all_down_is_unknown_not_invalid(
+    specd: SpecdProcess, token_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    """No node that loads the model answers: the file may well be right. `plan` exits 3 (the
+    fit cannot be checked), `apply` 1 (a failure to reach them), not 2 (an invalid file); a
+    node that answers "no such directory" leaves it invalid."""
+    token = token_file[0]
+    downs = [("a", f"127.0.0.1:{free_port()}", token), ("b", f"127.0.0.1:{free_port()}", token)]
+    gone = tmp_path / "kept-on-the-nodes"
+    config = load_config_text(_config(downs, DEMO_TARGET))
+    *_, none_answered = first_config(config, list(config.nodes), gone, 5.0)
+    assert none_answered
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(_config(downs, gone))
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(cluster.read_text(), cluster)
+    assert caught.value.unreachable
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SPECCTL_HOME": str(tmp_path / "home")}
+    for command, code in ((["plan"], 3), (["apply"], 1)):
+        done = subprocess.run(
+            [sys.executable, "-m", "specctl.cli", *command, str(cluster)],
+            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env,
+        )  # fmt: skip
+        assert done.returncode == code, (command, done.stdout + done.stderr)
+        assert f"{cluster}:13: models[0].path: model directory {gone} does not exist" in done.stderr
+        assert f"node a: specd at {downs[0][1]} unreachable (ConnectError" in done.stderr
+    answering = [downs[0], ("box", f"127.0.0.1:{specd.port}", token)]
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(_config(answering, gone))
+    assert not caught.value.unreachable, "a node said the directory is not there"

@@ -149,7 +149,7 @@ def read_node_entry(config: ClusterConfig, name: str, directory: Path) -> ModelE
         said_here = str(error)  # as the planner says it
     else:
         return read_entry(directory, name)  # there after all
-    shape, node, problem = shape_from_nodes(config, name, written, said_here, FETCH_TIMEOUT_S)
+    shape, node, problem, _ = shape_from_nodes(config, name, written, said_here, FETCH_TIMEOUT_S)
     if shape is None:
         return ModelEntry(directory, name, None, None, 0, None, None, None, problem)
     return ModelEntry(
