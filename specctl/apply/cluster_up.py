@@ -277,7 +277,8 @@ def retire_nodes(
     local = None
     local_gone = [n.name for n in gone if n.kind == "local"]
     if local_gone and local_root is not None:
-        local = LocalCluster([LocalNodeSpec(name) for name in local_gone], local_root, token_file)
+        specs = [LocalNodeSpec(name) for name in local_gone]
+        local = LocalCluster(specs, local_root, token_file, whole=False)
     take_down_nodes(gone, local)
     return [n.name for n in gone]
 

@@ -26,13 +26,18 @@ def node_dir_name(name: str) -> str:
 
 
 class LocalCluster:
-    def __init__(self, specs: list[LocalNodeSpec], root: Path, token_file: Path) -> None:
+    def __init__(
+        self, specs: list[LocalNodeSpec], root: Path, token_file: Path, whole: bool = True
+    ) -> None:
+        """`whole` False: some of the cluster's nodes, the head perhaps not among them (nodes
+        retired from a running cluster): stopping them keeps the head's port on record."""
         if not specs:
             raise LocalClusterError("a local cluster needs at least one node")
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise LocalClusterError(f"local node names must be distinct, got {names}")
         self.root = root
+        self.whole = whole
         root.mkdir(parents=True, exist_ok=True)
         head_port = self._head_port()
         self.nodes = [
@@ -85,11 +90,13 @@ class LocalCluster:
 
     def stop(self) -> list[int]:
         """Stop every node at once (each waits out its processes' grace period, so in turn
-        they would add up); returns pids that would not die (empty: clean)."""
+        they would add up); returns pids that would not die (empty: clean). The head's port
+        is forgotten with the whole cluster only."""
         leftover: list[int] = []
         if self.nodes:
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 for pids in pool.map(lambda node: node.stop(), self.nodes):
                     leftover += pids
-        (self.root / HEAD_PORT_FILE).unlink(missing_ok=True)
+        if self.whole:
+            (self.root / HEAD_PORT_FILE).unlink(missing_ok=True)
         return leftover
