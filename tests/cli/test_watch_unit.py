@@ -1,0 +1,77 @@
+"""The user unit that runs `specctl apply FILE --watch` (packaging/systemd): systemd accepts
+it, its command line as the documented environment file expands it is one the CLI takes,
+and the exit statuses its restart policy relies on are the CLI's: an invalid file (2) is not
+tried again, a failed apply (1) is."""
+
+import configparser
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.cluster_token import generate_token, write_token
+
+ROOT = Path(__file__).resolve().parents[2]
+UNIT = ROOT / "packaging" / "systemd" / "specctl-watch.service"
+
+
+def _unit() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment, method-assign]
+    parser.read(UNIT)
+    return parser
+
+
+def test_the_deployment_outlives_the_watch_and_an_invalid_file_is_not_retried() -> None:
+    service = _unit()["Service"]
+    assert service["KillMode"] == "process"  # the Ray nodes and server its applies started
+    assert service["Restart"] == "on-failure"
+    assert service["RestartPreventExitStatus"] == "2"
+    assert service["EnvironmentFile"] == "%h/.config/specctl/watch.env"
+
+
+def test_its_command_line_runs_specctl_with_the_exit_statuses_it_relies_on(
+    tmp_path: Path,
+) -> None:
+    """The environment file as the unit's comment writes it; the command run as systemd
+    would (variables expanded, split on spaces), against files that make apply fail."""
+    env_file = {
+        "SPECCTL": str(Path(sys.executable).parent / "specctl"),
+        "WATCH_SECONDS": "30",
+    }
+    command = _unit()["Service"]["ExecStart"]
+    home = {**os.environ, "SPECCTL_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[nodes]]\nname = 1\n")
+    # a node whose specd nothing answers: apply fails (1), and systemd tries again
+    write_token(tmp_path / "t", generate_token(), force=False)
+    down = tmp_path / "down.toml"
+    down.write_text(
+        f'[[nodes]]\nname = "a"\nspecd = "127.0.0.1:9"\ntoken_file = "{tmp_path / "t"}"\n\n'
+        f'[[models]]\nname = "m"\npath = "{ROOT / "packaging" / "demo-models" / "target"}"\n\n'
+        '[deployment.verifier]\nmodel = "m"\nnodes = ["a"]\n\n'
+        '[deployment.drafter]\nmodel = "ngram"\n'
+    )
+    cases = ((broken, 2, "broken.toml:2: nodes[0].name"), (down, 1, "specd at 127.0.0.1:9"))
+    for cluster, status, said in cases:
+        values = {**env_file, "CLUSTER_FILE": str(cluster)}
+        argv = re.sub(r"\$\{(\w+)\}", lambda m, v=values: v[m.group(1)], command).split()
+        assert argv[:2] == ["/usr/bin/env", env_file["SPECCTL"]]
+        assert argv[2:] == ["apply", str(cluster), "--watch", "30"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=home)
+        assert done.returncode == status, done.stdout + done.stderr
+        assert said in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_systemd_accepts_it(tmp_path: Path) -> None:
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text())
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stderr.strip() == "", done.stderr
