@@ -3,6 +3,7 @@
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ torch.set_num_threads(1)
 
 _exit_status: list[int] = []
 
+# Model loads of this run, and of the processes it starts, see each other through a ledger of
+# their own (daemon/runtime/model/load_ledger.py): loads of another run on this machine must
+# not change what a test's memory check says
+_LOAD_LEDGER = tempfile.mkdtemp(prefix="specctl-loads-test-")
+os.environ["SPECCTL_LOAD_LEDGER"] = _LOAD_LEDGER
+
 # Local Ray nodes keep a short root under /tmp per $SPECCTL_HOME (specctl/home.py), which
 # `down` leaves for its logs: one per test home, ~30 a run, were left behind
 _RAY_ROOTS = f"specctl-{os.getuid()}-*"
@@ -22,6 +29,7 @@ _ray_roots_before = set(Path("/tmp").glob(_RAY_ROOTS))
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _exit_status.append(int(exitstatus))
+    shutil.rmtree(_LOAD_LEDGER, ignore_errors=True)
     from tests.distributed.ray_cluster import ray_processes_under
 
     for root in set(Path("/tmp").glob(_RAY_ROOTS)) - _ray_roots_before:

@@ -265,14 +265,15 @@ from pathlib import Path
 from daemon.cgroup_memory import cgroup_memory
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.kv_cache import KVCache
-from daemon.runtime.model.load_ledger import LEDGER_ENV
 from daemon.runtime.model.memory_guard import loading
-go = Path(sys.argv[1])
-print("ready", flush=True)
-while not go.exists():
+up, go = Path(sys.argv[1]), Path(sys.argv[2])
+print("up", flush=True)  # torch imported
+while not up.exists():
     time.sleep(0.01)
-room = cgroup_memory().room_bytes  # both processes idle: what the two loads share
-layers = int(0.6 * room) // (16 << 20)  # K and V of [4 slots, 8 heads, 1024, 64] float32: 16 MiB
+print(cgroup_memory().room_bytes, flush=True)  # both up: the room they share
+while not go.exists() or not go.read_text():
+    time.sleep(0.01)
+layers = int(go.read_text())  # K and V of [4 slots, 8 heads, 1024, 64] float32: 16 MiB each
 try:
     with loading():
         cache = KVCache(num_layers=layers, num_slots=4, num_kv_heads=8, max_model_len=1024,
@@ -288,11 +289,13 @@ time.sleep(1.0)  # serving: the memory stays in use
 
 def test_two_loads_at_once_in_a_cgroup_that_holds_one(tmp_path: Path) -> None:
     """Two shards load at the same moment in one cgroup of 900 MiB, each wanting 0.6 of the
-    room both see: both would pass a check of the free memory alone, and the kernel would
-    kill one part-way (-9). One waits for the other's load, then is refused with a message."""
-    go = tmp_path / "go"
+    room left once both are up: both would pass a check of the free memory alone, and the
+    kernel would kill one part-way (-9). One waits for the other's load, then is refused with
+    a message."""
+    up, go = tmp_path / "up", tmp_path / "go"
     with _child_cgroup(900 * MIB) as child:
-        enter = f"echo $$ > {child}/cgroup.procs && exec {sys.executable} -c '{TWO_LOADS}' {go}"
+        run = f"exec {sys.executable} -c '{TWO_LOADS}' {up} {go}"
+        enter = f"echo $$ > {child}/cgroup.procs && {run}"
         loads = [
             subprocess.Popen(
                 ["sh", "-c", enter],
@@ -305,9 +308,11 @@ def test_two_loads_at_once_in_a_cgroup_that_holds_one(tmp_path: Path) -> None:
             for _ in range(2)
         ]
         try:
-            for load in loads:
-                assert load.stdout is not None and load.stdout.readline().strip() == "ready"
-            go.touch()
+            outs = [load.stdout for load in loads if load.stdout is not None]
+            assert [out.readline().strip() for out in outs] == ["up", "up"]
+            up.touch()
+            room = min(int(out.readline()) for out in outs)
+            go.write_text(str(int(0.6 * room) // (16 * MIB)))
             done = [load.communicate(timeout=120) for load in loads]
         finally:
             for load in loads:

@@ -9,7 +9,7 @@ import torch
 from daemon.runtime.errors import RequestError
 from daemon.runtime.model.fork_layout import ForkLayout
 from daemon.runtime.model.forward_metadata import ForwardMetadata
-from daemon.runtime.model.memory_guard import GIB, require_room
+from daemon.runtime.model.memory_guard import GIB, allocated, require_room
 
 
 class KVCache:
@@ -48,6 +48,7 @@ class KVCache:
         # num_layers x [S, H_kv, M, D]
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        allocated(torch.device(device), kv_bytes)  # zero-filled: in use, the free memory says
         # num_layers x [S_branch, H_kv, branch_len, D]; empty until enable_branches
         self.branch_keys: list[torch.Tensor] = []
         self.branch_values: list[torch.Tensor] = []

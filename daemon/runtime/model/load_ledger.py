@@ -1,32 +1,42 @@
-"""The memory that model loads under way on this machine are about to take, kept in files.
+"""The memory that model loads under way on this machine are still to take, kept in files.
 
 A shard checks the device's free memory before it allocates (memory_guard.py), but shards
 that load at the same moment on one machine (tensor-parallel ranks, pipeline stages, two
 local Ray nodes) each see the same free memory: each may pass while together they do not fit.
-So a load records what it needs here, in a file per load under a directory every process of
-this user on the machine shares, from its check until its weights are in memory. A check
-counts what the others have recorded as taken; where the load would not fit beside them, it
-waits for them to finish (their memory is then in use, and the free memory says so) and
-checks again, rather than refusing: their figures count memory they may already hold.
+So a load records what it is still to allocate here, in a file per load under a directory
+every process of this user on the machine shares, from its check until its weights are in
+memory, lowering the figure as it allocates (what it has allocated, the free memory shows).
+A check counts the others' figures as taken; where the load would not fit beside them, but
+would alone, it waits for them to finish and checks again.
 
-A load that holds a record never waits for another (no two loads wait on each other). Records
-of processes that have exited (killed mid-load too) are ignored and removed: a record names
-its process by pid and start time, which a pid reused since does not match.
+A load that holds a record never waits for another (no two loads wait on each other). The
+owner of a record holds an flock on it for the load's life, which the kernel drops when the
+process ends however it ends: a record nobody holds is a load that died, and is removed. That
+works across PID namespaces sharing the directory, with no /proc and no pid reuse to fear.
+
+Best effort: where the directory cannot be used (not ours, a full or read-only /dev/shm), the
+check falls back to the free memory alone (memory_guard.py says so in the log).
 """
 
 import contextlib
 import fcntl
 import json
 import os
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 LEDGER_ENV = "SPECCTL_LOAD_LEDGER"  # the directory, where not the default
-WAIT_S = 600.0  # the longest a load waits for others on its device to finish
+WAIT_S = 300.0  # the longest a load waits for others (shard loads time out at 900 s)
 POLL_S = 0.2
+
+
+class LedgerError(OSError):
+    """The directory cannot be trusted or used; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +44,7 @@ class Pending:
     """A load under way in another process."""
 
     pid: int
-    nbytes: int
+    nbytes: int  # still to allocate
     what: str
 
 
@@ -52,28 +62,29 @@ def ledger_dir() -> Path:
     return base / f"specctl-loads-{os.getuid()}"
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22); None
-    where it has exited."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may hold spaces or ")"
-    return stat[stat.rindex(")") + 2 :].split()[19]
+def _checked_dir(directory: Path) -> None:
+    """Made where missing; LedgerError unless it is a directory of this user's alone (in a
+    sticky /dev/shm, another user could make it first and plant records)."""
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700, parents=True)
+    info = directory.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise LedgerError(f"{directory} is not a directory")
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise LedgerError(f"{directory} is not this user's alone (owner {info.st_uid}, mode "
+                          f"{stat.S_IMODE(info.st_mode):o})")  # fmt: skip
 
 
 class LoadLedger:
-    """This process's records, by device key ("cpu", "cuda-<uuid>")."""
+    """This process's records, by device key (memory_guard.device_key)."""
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory or ledger_dir()
-        self._own: dict[str, Path] = {}
-        self._self = (os.getpid(), _start_time(os.getpid()) or "")
+        self._own: dict[str, tuple[Path, IO[str]]] = {}  # each held under an flock
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _checked_dir(self.directory)
         with open(self.directory / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # held for a few file reads: never long
             try:
@@ -82,23 +93,28 @@ class LoadLedger:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _others(self, device: str) -> list[Pending]:
-        """Under the lock: other live processes' loads on `device`; dead ones' records go."""
+        """Under the lock: other loads under way on `device`; dead ones' records go."""
+        mine = {path for path, _ in self._own.values()}
         found: list[Pending] = []
         for path in self.directory.glob("*.json"):
-            if path in self._own.values():
+            if path in mine:
                 continue
             try:
-                record = json.loads(path.read_text())
-                pid, started = int(record["pid"]), str(record["start"])
-                entry = Pending(pid, int(record["bytes"]), str(record["what"]))
-                key = str(record["device"])
-            except (OSError, ValueError, KeyError, TypeError):
-                path.unlink(missing_ok=True)  # torn or foreign: no load can be known by it
+                with open(path) as record:
+                    try:
+                        fcntl.flock(record, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        raw = json.loads(record.read())  # held: a load under way
+                    else:
+                        path.unlink(missing_ok=True)  # nobody holds it: its load died
+                        continue
+                entry = Pending(int(raw["pid"]), int(raw["bytes"]), str(raw["what"]))
+                key = str(raw["device"])
+            except FileNotFoundError:
                 continue
-            if _start_time(pid) != started:
-                path.unlink(missing_ok=True)
-                continue
-            if key == device:
+            except (ValueError, KeyError, TypeError):
+                continue  # being written, or not ours: not counted
+            if key == device and entry.nbytes > 0:
                 found.append(entry)
         return found
 
@@ -108,41 +124,66 @@ class LoadLedger:
     def claim(
         self, device: str, nbytes: int, what: str, usable: Callable[[], int], wait_s: float = WAIT_S
     ) -> tuple[int, list[Pending]]:
-        """Record `nbytes` for `device` where they fit beside the others' loads, waiting up to
-        `wait_s` for those to finish where they do not (not where this process already holds
-        a record on it). `usable`: the device's usable bytes now, asked at each try.
+        """Record `nbytes` for `device` where they fit beside the others' loads. Where they fit
+        alone but not beside those, wait up to `wait_s` for them to finish (not where this
+        process already holds a record on it: two loads would wait on each other).
+        `usable`: the device's usable bytes now, asked at each try.
 
         Returns the bytes left beside the others' loads at the last try, and those loads:
         nothing is recorded where `nbytes` exceed them."""
         deadline = time.monotonic() + wait_s
         while True:
             with self._locked():
+                alone = usable()
                 others = self._others(device)
-                room = usable() - sum(o.nbytes for o in others)
+                room = alone - sum(o.nbytes for o in others)
                 if nbytes <= room:
                     self._record(device, nbytes, what)
                     return room, others
-            if not others or self.holds(device) or time.monotonic() >= deadline:
+            if nbytes > alone or not others or self.holds(device):
+                return room, others  # waiting for the others would not make it fit
+            if time.monotonic() >= deadline:
                 return room, others
             time.sleep(POLL_S)
 
+    def allocated(self, device: str, nbytes: int) -> None:
+        """`nbytes` of this process's load on `device` are allocated now (the free memory
+        shows them): its record says that much less is still to come."""
+        if device not in self._own:
+            return
+        with self._locked():
+            self._write(device, -nbytes, "")
+
     def _record(self, device: str, nbytes: int, what: str) -> None:
-        pid, started = self._self
-        path = self._own.get(device) or self.directory / f"{pid}-{uuid.uuid4().hex[:8]}.json"
-        previous = 0
-        if path.exists():
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                previous = int(json.loads(path.read_text())["bytes"])
-        record = {"pid": pid, "start": started, "device": device, "what": what}
-        record["bytes"] = previous + nbytes
-        staged = path.with_suffix(".tmp")
-        staged.write_text(json.dumps(record))
-        staged.replace(path)  # never read half written
-        self._own[device] = path
+        """Under the lock."""
+        if device not in self._own:
+            path = self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+            handle = open(path, "w")  # noqa: SIM115 (held open, and locked, until release)
+            fcntl.flock(handle, fcntl.LOCK_EX)  # before any reader can look: under the lock
+            self._own[device] = (path, handle)
+        self._write(device, nbytes, what)
+
+    def _write(self, device: str, add_bytes: int, what: str) -> None:
+        """Under the lock: the record's figure changed by `add_bytes` (in place: the flock is
+        on this file; readers read under the directory's lock, never half a write)."""
+        path, handle = self._own[device]
+        record = {"pid": os.getpid(), "device": device, "bytes": 0, "what": what}
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(path.read_text()) or record
+        record["bytes"] = max(0, int(record["bytes"]) + add_bytes)
+        record["what"] = record["what"] or what
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(record))
+        handle.flush()
 
     def release(self) -> None:
         """This process's loads are done (or failed): their memory is in use now, or free."""
-        with self._locked():
-            for path in self._own.values():
-                path.unlink(missing_ok=True)
-        self._own.clear()
+        try:
+            with self._locked():
+                for path, _ in self._own.values():
+                    path.unlink(missing_ok=True)
+        finally:
+            for _, handle in self._own.values():
+                handle.close()  # the flock goes with it: a record left behind reads as dead
+            self._own.clear()

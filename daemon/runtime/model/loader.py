@@ -12,7 +12,7 @@ from daemon.runtime.model.config import DTYPES, LEAN_ARCHITECTURES, LEAN_ROPE_TY
 from daemon.runtime.model.host_memory import keep_freed_host_memory
 from daemon.runtime.model.linear import prepack_linears
 from daemon.runtime.model.llama import LlamaForCausalLM
-from daemon.runtime.model.memory_guard import loading
+from daemon.runtime.model.memory_guard import allocated, loading
 from daemon.runtime.model.protocol import CausalLM
 from daemon.runtime.model.sharding import (
     ROW_PARALLEL,
@@ -32,6 +32,8 @@ FUSED_PARTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gat
 
 # Called as weights arrive: (bytes loaded so far, total bytes). Any thread; must not block.
 LoadProgress = Callable[[int, int], None]
+# weights read are told to the machine's other loads in steps of this (memory_guard.allocated)
+ALLOCATED_STEP_BYTES = 256 << 20
 
 
 def load_model(
@@ -213,12 +215,15 @@ def _read_lean(
     )
     params = model.state_dict()
     total_bytes = sum(p.numel() * p.element_size() for p in params.values())
-    done_bytes = 0
+    done_bytes = told_bytes = 0
     state: dict[str, torch.Tensor] = {}
     with open_checkpoint(model_dir) as reader:
         for name, param in params.items():
             state[name] = _load_param(reader, name, param, model).to(device=device, dtype=dtype)
             done_bytes += param.numel() * param.element_size()
+            if done_bytes - told_bytes >= ALLOCATED_STEP_BYTES:
+                allocated(device, done_bytes - told_bytes)
+                told_bytes = done_bytes
             if progress is not None:
                 progress(done_bytes, total_bytes)
     model.load_state_dict(state, strict=True, assign=True)

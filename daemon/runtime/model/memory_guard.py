@@ -13,6 +13,7 @@ is recorded for the others until the load ends (load_ledger.py).
 """
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from daemon.cgroup_memory import cgroup_memory, memory_bytes
 from daemon.runtime.errors import ModelLoadError
 from daemon.runtime.model.load_ledger import WAIT_S, LoadLedger, Pending
 
+logger = logging.getLogger(__name__)
 GIB = float(1 << 30)
 HEADROOM = 0.05  # of the device's memory, kept free
 
@@ -55,14 +57,14 @@ def room_on(device: torch.device) -> Room | None:
 
 
 def device_key(device: torch.device) -> str:
-    """The memory `device` allocates from, as the load ledger names it: a unified-memory GPU
-    takes the host's ("cpu")."""
-    if device.type != "cuda":
-        return device.type
-    props = torch.cuda.get_device_properties(device)
-    if props.is_integrated:
-        return "cpu"
-    return f"cuda-{getattr(props, 'uuid', device.index)}"
+    """The memory `device` allocates from, as the load ledger names it: the host's ("cpu"),
+    of which a unified-memory GPU's is part; a discrete GPU's own. Loads in other cgroups of
+    the host count too: where they do not share its limit, the cost is a wait, never a
+    refusal (a load that fits alone waits for the others; see load_ledger.py)."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return "cpu" if props.is_integrated else f"cuda-{props.uuid}"
+    return device.type
 
 
 _load: ContextVar[LoadLedger | None] = ContextVar("specctl_load", default=None)
@@ -78,7 +80,22 @@ def loading() -> Iterator[None]:
         yield
     finally:
         _load.reset(token)
-        ledger.release()
+        try:
+            ledger.release()
+        except OSError as exc:  # its records read as dead now: the flocks went with release
+            logger.warning("load ledger %s: %s", ledger.directory, exc)
+
+
+def allocated(device: torch.device, nbytes: int) -> None:
+    """Inside `loading()`: `nbytes` of the load are allocated now (the free memory shows
+    them), and no longer counted as still to come for the machine's other loads."""
+    ledger = _load.get()
+    if ledger is None or nbytes <= 0:
+        return
+    try:
+        ledger.allocated(device_key(device), nbytes)
+    except OSError as exc:
+        logger.warning("load ledger %s: %s", ledger.directory, exc)
 
 
 def require_room(
@@ -86,8 +103,8 @@ def require_room(
 ) -> None:
     """ModelLoadError, saying what needs how much and what to lower, where `device` has less
     than `needed_bytes` free beyond its headroom and what other loads on this machine are
-    about to take (waiting up to `wait_s` for those to end where that is what stands in the
-    way). Inside `loading()`, the bytes are recorded for the others until it ends."""
+    still to take (waiting up to `wait_s` for those to end where it would fit alone). Inside
+    `loading()`, the bytes are recorded for the others until it ends."""
     first = room_on(device)
     if first is None:
         return
@@ -100,9 +117,14 @@ def require_room(
 
     ledger = _load.get()
     claimer = ledger or LoadLedger()
-    left, others = claimer.claim(device_key(device), needed_bytes, what, usable, wait_s)
-    if ledger is None:
-        claimer.release()  # no load to hold it for: checked, not kept
+    try:
+        left, others = claimer.claim(device_key(device), needed_bytes, what, usable, wait_s)
+        if ledger is None:
+            claimer.release()  # no load to hold it for: checked, not kept
+    except OSError as exc:  # the ledger is best effort: the free memory alone, then
+        unusable = "load ledger %s unusable (%s): other loads are not counted"
+        logger.warning(unusable, claimer.directory, exc)
+        left, others = usable(), []
     if needed_bytes > left:
         raise ModelLoadError(
             f"{what} needs {needed_bytes / GIB:.2f} GiB and {room.where} has "
@@ -119,6 +141,6 @@ def _taken(others: list[Pending]) -> str:
     named = "; ".join(f"pid {o.pid}: {o.nbytes / GIB:.2f} GiB" for o in others[:3])
     more = f"; {len(others) - 3} more" if len(others) > 3 else ""
     return (
-        f", and {total / GIB:.2f} GiB of it about to be taken by loads under way on this "
+        f", and {total / GIB:.2f} GiB of it still to be taken by loads under way on this "
         f"machine ({named}{more})"
     )
