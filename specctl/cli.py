@@ -360,7 +360,9 @@ def plan_command(
 @app.command(
     "apply",
     help="Bring the cluster, the shards and the endpoint to what the cluster file asks "
-    "(idempotent: a second apply of the same file changes nothing).",
+    "(idempotent: a second apply of the same file changes nothing). Exit 0: applied (with "
+    "--watch: the watch stopped when asked, or by `specctl down`); 1: a step failed (a node "
+    "unreachable, a shard that would not load, another watch running); 2: the file is invalid.",
 )
 def apply_command(
     config_file: Path = typer.Argument(..., help="The cluster file (cluster.toml)."),

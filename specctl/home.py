@@ -4,6 +4,7 @@
     state.json           the deployment applied last (config, plan, what runs where)
     specctl.db           metrics history and request records (SQLite, WAL)
     server.json / .log   the serving process: pid, endpoint, its log
+    watch.json           the `apply --watch` keeping the deployment running, while one runs
 
 Local Ray nodes keep their state under a short directory in /tmp (`ray_root`): Ray's unix
 socket paths must stay below 107 bytes, which a home directory path can exceed.
@@ -45,6 +46,10 @@ class SpecctlHome:
     @property
     def server_file(self) -> Path:
         return self.root / "server.json"
+
+    @property
+    def watch_file(self) -> Path:
+        return self.root / "watch.json"
 
     @property
     def server_log(self) -> Path:

@@ -125,13 +125,18 @@ class SpecctlApp(App[None]):
         except OSError as error:
             self.call_from_thread(self._saved, None, f"Not saved: {error}")
             return
-        self.call_from_thread(self._saved, path, None)
+        self.call_from_thread(self._saved, path, None, session.unchecked)
 
-    def _saved(self, path: Path | None, problem: str | None) -> None:
+    def _saved(self, path: Path | None, problem: str | None, unchecked: str | None = None) -> None:
         if problem is not None:
             self.notify(problem, title="Save", severity="error", timeout=10, markup=False)
             return
-        self.notify(f"Saved {fmt.path(path)}" if path else "Saved", title="Save")
+        saved = f"Saved {fmt.path(path)}" if path else "Saved"
+        if unchecked is not None:
+            saved += f", not all checked: its nodes did not answer.\n{unchecked}"
+            self.notify(saved, title="Save", severity="warning", timeout=10, markup=False)
+        else:
+            self.notify(saved, title="Save")
         self.session_edited()
 
     def action_open_file(self) -> None:

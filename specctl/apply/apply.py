@@ -265,7 +265,10 @@ def _validate_and_plan(
     try:  # ConfigError names file:line: field
         config = load_config_text(text, config_path, shown)
     except ConfigError as error:
-        events.step("validate", "failed", f"{len(error.issues)} problem(s) in the file")
+        problems = f"{len(error.issues)} problem(s) in the file"
+        if error.unreachable:
+            problems = "the nodes that keep a model did not answer: it could not be checked"
+        events.step("validate", "failed", problems)
         raise
     events.step("validate", "done")
     events.step("plan", "started")

@@ -278,7 +278,9 @@ def retire_nodes(
     local_gone = [n.name for n in gone if n.kind == "local"]
     if local_gone and local_root is not None:
         specs = [LocalNodeSpec(name) for name in local_gone]
-        local = LocalCluster(specs, local_root, token_file, whole=False)
+        # every local node retired (the file lists specd nodes alone): the whole of it
+        whole = not any(n.kind == "local" for n in kept)
+        local = LocalCluster(specs, local_root, token_file, whole=whole)
     take_down_nodes(gone, local)
     return [n.name for n in gone]
 

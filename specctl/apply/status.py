@@ -15,6 +15,7 @@ import httpx
 
 from db import MetricSample, Store, StoreError
 from specctl.apply.state import AppliedState, StateError
+from specctl.apply.watch_record import live_watch
 from specctl.deploy.server_process import ServerRecord, ServerRecordError
 from specctl.home import SpecctlHome
 
@@ -62,6 +63,7 @@ class StatusReport:
     nodes: list[dict[str, str]] = field(default_factory=list)
     shards: list[ShardLine] = field(default_factory=list)
     live: LiveFigures | None = None
+    watch: dict[str, Any] | None = None  # the `apply --watch` keeping it running (watch.json)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -105,6 +107,8 @@ def read_status(home: SpecctlHome) -> StatusReport:
         report.server_pid, report.is_server_alive = record.pid, True
         _ask_server(report, record.url)
     report.live = _live(state, report.problems)
+    watching = live_watch(home.watch_file)
+    report.watch = None if watching is None else asdict(watching)
     return report
 
 

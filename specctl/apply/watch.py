@@ -21,6 +21,7 @@ apply under way finishes first; a second SIGINT interrupts it) or when nothing i
 more. Every wait is bounded: a look by the status timeouts, a repair by apply's own.
 """
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from specctl.apply.home_lock import HomeBusyError
 from specctl.apply.shards import said
 from specctl.apply.state import AppliedState, StateError
 from specctl.apply.status import StatusReport, read_status
+from specctl.apply.watch_record import WatchRecord, claim, clear
 from specctl.home import SpecctlHome
 
 STEP = "watch"
@@ -56,7 +58,30 @@ def watch(
     stop: threading.Event,
 ) -> None:
     """Look every `interval_s` until `stop` is set or nothing is applied; repair with
-    `repair` (apply_deployment of the applied text) what stays broken."""
+    `repair` (apply_deployment of the applied text) what stays broken. Recorded in the
+    home's watch.json meanwhile (WatchRunning where another watch is)."""
+    try:
+        applied = AppliedState.load(home.state_file)
+    except StateError as exc:
+        raise WatchError(str(exc)) from None
+    if applied is None:
+        events.step(STEP, "done", "nothing is applied: nothing to watch")
+        return
+    record = claim(home.watch_file, interval_s, applied.config_path)
+    try:
+        _watch(home, events, repair, interval_s, stop, record)
+    finally:
+        clear(home.watch_file, record)
+
+
+def _watch(
+    home: SpecctlHome,
+    events: ApplyEvents,
+    repair: Repair,
+    interval_s: float,
+    stop: threading.Event,
+    record: WatchRecord,
+) -> None:
     events.step(STEP, "started", f"looking every {interval_s:g} s (Ctrl+C stops watching)")
     looks, since, wait_s, told_edited = 0, 0.0, interval_s, False
     while not stop.wait(wait_s):
@@ -88,10 +113,19 @@ def watch(
             wait_s = interval_s
             continue
         except Exception as exc:  # said, and tried again later: the watch outlives a failure
+            _repaired(home, record, f"failed: {said(exc)}")
             events.step(STEP, "failed", f"{said(exc)} (next look in {wait_s:g} s)")
             continue
+        _repaired(home, record, "repaired")
         events.step(STEP, "done", f"repaired (next look in {wait_s:g} s)")
     events.step(STEP, "done", "stopped watching; the deployment keeps running")
+
+
+def _repaired(home: SpecctlHome, record: WatchRecord, outcome: str) -> None:
+    record.repairs += 1
+    record.last_repair_at, record.last_outcome = time.time(), outcome
+    with contextlib.suppress(OSError):  # what status shows of the watch: the repair is done
+        record.save(home.watch_file)
 
 
 def broken(report: StatusReport) -> str:

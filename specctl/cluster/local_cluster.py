@@ -51,7 +51,8 @@ class LocalCluster:
             reserve(port)  # a node's other ports must not take it
             return port
         port = free_port()
-        path.write_text(json.dumps(port))
+        if self.whole:  # some nodes alone (being retired) never start a head: no record
+            path.write_text(json.dumps(port))
         return port
 
     @property

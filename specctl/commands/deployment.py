@@ -7,13 +7,17 @@ message and a non-zero exit.
 
 import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rich.table import Table
 
 from specctl.apply.status import StatusReport, read_status
+from specctl.apply.watch_record import WatchRecord, already_running, live_watch
 from specctl.console import make_console
 from specctl.home import SpecctlHome
 
@@ -30,18 +34,25 @@ def run_apply(
     config_file: Path, as_json: bool, load_timeout_s: float, watch_s: float | None = None
 ) -> int:
     """`watch_s`: after the apply, keep what was applied running, looking every `watch_s`
-    seconds, until SIGINT or SIGTERM (specctl/apply/watch.py)."""
+    seconds, until SIGINT or SIGTERM (specctl/apply/watch.py). Those signals let an apply
+    under way finish, the first one too (a second SIGINT interrupts it)."""
     from specctl.apply.apply import ApplyOptions, apply_deployment
     from specctl.commands.apply_view import ConsoleEvents, JsonEvents
     from specctl.config.errors import ConfigError
 
     home = SpecctlHome.resolve()
     out = sys.stdout
+    if watch_s is not None and (running := live_watch(home.watch_file)) is not None:
+        # refused before anything is applied: two watches would repair each fault twice
+        return _failed(already_running(running), as_json, EXIT_FAILED, out=out)
     events = JsonEvents(out) if as_json else ConsoleEvents()
     options = ApplyOptions(load_timeout_s=load_timeout_s)
     # with --json, stdout holds JSON lines alone: what Ray prints there from its threads at
     # any moment (a node marked dead, say) goes to stderr
-    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+    with (
+        contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(),
+        _stop_on_signals() if watch_s is not None else contextlib.nullcontext() as stop,
+    ):
         try:
             with events:
                 result = apply_deployment(config_file, home, events, options)
@@ -52,24 +63,15 @@ def run_apply(
         except Exception as exc:  # every failure of a step is said in one message
             return _failed(_why(exc), as_json, EXIT_FAILED, out=out)
         _print_applied(result, as_json, out)
-        if watch_s is not None:
-            return _watch(home, events, options, watch_s)
+        if stop is not None:
+            return _watch(home, events, options, watch_s or 0.0, stop)
     return 0
 
 
-def _watch(
-    home: SpecctlHome,
-    events: "ConsoleEvents | JsonEvents",
-    options: "ApplyOptions",
-    interval_s: float,
-) -> int:
-    """Until SIGINT or SIGTERM (a second SIGINT interrupts an apply under way); the exit code."""
-    import signal
-    import threading
-
-    from specctl.apply.apply import apply_deployment
-    from specctl.apply.watch import WatchError, watch
-
+@contextlib.contextmanager
+def _stop_on_signals() -> "Iterator[threading.Event]":
+    """An event SIGINT and SIGTERM set (a second SIGINT raises KeyboardInterrupt: an apply
+    under way is interrupted), the process's handlers put back at the end."""
     stop = threading.Event()
 
     def asked_to_stop(signum: int, _frame: object) -> None:
@@ -79,19 +81,36 @@ def _watch(
         # the event's lock inside its wait, and set() would wait for it for ever
         threading.Thread(target=stop.set, name="watch-stop").start()
 
+    previous = {s: signal.signal(s, asked_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
+
+
+def _watch(
+    home: SpecctlHome,
+    events: "ConsoleEvents | JsonEvents",
+    options: "ApplyOptions",
+    interval_s: float,
+    stop: threading.Event,
+) -> int:
+    """Until `stop` is set (by SIGINT or SIGTERM, maybe during the first apply already);
+    the exit code."""
+    from specctl.apply.apply import apply_deployment
+    from specctl.apply.watch import WatchError, watch
+    from specctl.apply.watch_record import WatchRunning
+
     def repair(path: Path, text: str) -> object:
         with events:  # (a fresh progress display per repair)
             return apply_deployment(path, home, events, options, as_applied=text)
 
-    previous = {s: signal.signal(s, asked_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         watch(home, events, repair, interval_s, stop)
-    except WatchError as exc:
+    except (WatchError, WatchRunning) as exc:
         print(f"specctl: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)  # type: ignore[arg-type]
     return 0
 
 
@@ -164,6 +183,8 @@ def _print_status(report: StatusReport) -> None:
         endpoint = report.endpoint or "none yet (the apply did not get to the server)"
         console.print(f"endpoint   {endpoint}  model {report.served_model_name!r}")
         console.print(f"server     {server}")
+        watching = WatchRecord(**report.watch).describe() if report.watch else "none"
+        console.print(f"watch      {watching}", highlight=False)
         console.print(_shard_table(report))
         console.print(_live_line(report))
     for problem in report.problems:

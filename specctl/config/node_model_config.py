@@ -16,13 +16,15 @@ FETCH_TIMEOUT_S = 5.0  # all of a model's nodes asked at once, answers awaited t
 # node that did not answer, for less long: it may be starting)
 CACHE_TTL_S = 30.0
 FAILURE_TTL_S = 10.0
-_cache: dict[tuple[str, str, str], tuple[float, "dict[str, Any] | NodeConfigError"]] = {}
+# a failure kept as (message, unreachable): not the exception, whose traceback holds frames
+_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | tuple[str, bool]]] = {}
 _cache_lock = threading.Lock()
 
 
 class NodeConfigError(Exception):
     """The node's specd could not give the config.json; the message says why. `unreachable`:
-    no specd answered (down, no route, a timeout), as against one that answered no."""
+    no specd answered (down, no route, a timeout, a proxy's or the server's own error), as
+    against one that answered no (no such directory, the token refused)."""
 
     def __init__(self, message: str, unreachable: bool = False) -> None:
         super().__init__(message)
@@ -85,16 +87,16 @@ def _cached_fetch(
         cached = _cache.get(key)
     if cached is not None:
         at, answer = cached
-        if isinstance(answer, NodeConfigError):
+        if isinstance(answer, tuple):
             if time.monotonic() - at < FAILURE_TTL_S:
-                raise NodeConfigError(str(answer), answer.unreachable)
+                raise NodeConfigError(*answer)
         elif time.monotonic() - at < CACHE_TTL_S:
             return answer
     try:
         raw = _fetch(address, token_file, path, timeout_s)
     except NodeConfigError as error:
         with _cache_lock:
-            _cache[key] = (time.monotonic(), error)
+            _cache[key] = (time.monotonic(), (str(error), error.unreachable))
         raise
     with _cache_lock:
         _cache[key] = (time.monotonic(), raw)
@@ -128,9 +130,10 @@ def _fetch(address: str, token_file: Path, path: Path, timeout_s: float) -> dict
         body = response.json()
     except ValueError:
         body = None
-    if not isinstance(body, dict):
+    if not isinstance(body, dict):  # a proxy's page, say: the specd was not reached
         raise NodeConfigError(
-            f"specd at {address}: HTTP {response.status_code}, not a specd's answer"
+            f"specd at {address}: HTTP {response.status_code}, not a specd's answer",
+            unreachable=True,
         )
     if response.status_code == 401:
         raise NodeConfigError(
@@ -143,5 +146,6 @@ def _fetch(address: str, token_file: Path, path: Path, timeout_s: float) -> dict
     config = body.get("config")
     if response.status_code != 200 or not isinstance(config, dict):
         said = body.get("error") or f"HTTP {response.status_code}"
-        raise NodeConfigError(f"specd at {address}: {said}")
+        # a server error (its own read timed out, say) says nothing of the file
+        raise NodeConfigError(f"specd at {address}: {said}", response.status_code >= 500)
     return config

@@ -83,7 +83,7 @@ def shape_from_nodes(
         )
     if timeout_s is None:
         said = f"{said_here} on this machine; its nodes were not asked (offline)"
-        return NodeShape(None, "", said)
+        return NodeShape(None, "", said, unreachable=True)  # not known to be wrong either
     node, raw, answers, none_answered = first_config(config, nodes, path, timeout_s)
     if node is None or raw is None:
         said = f"{said_here} on this machine, nor on its nodes: " + "; ".join(answers)

@@ -30,7 +30,8 @@ def test_the_deployment_outlives_the_watch_and_an_invalid_file_is_not_retried() 
     service = _unit()["Service"]
     assert service["KillMode"] == "process"  # the Ray nodes and server its applies started
     assert service["Restart"] == "on-failure"
-    assert service["RestartPreventExitStatus"] == "2"
+    assert service["RestartPreventExitStatus"].split() == ["2", "126", "127"]
+    assert service["OOMPolicy"] == "continue"
     assert service["EnvironmentFile"] == "%h/.config/specctl/watch.env"
 
 
@@ -38,13 +39,16 @@ def test_its_command_line_runs_specctl_with_the_exit_statuses_it_relies_on(
     tmp_path: Path,
 ) -> None:
     """The environment file as the unit's comment writes it; the command run as systemd
-    would (variables expanded, split on spaces), against files that make apply fail."""
+    would (split into words, then each ${VAR} word replaced whole: a path with a space is one
+    argument), against files that make apply fail."""
     env_file = {
         "SPECCTL": str(Path(sys.executable).parent / "specctl"),
         "WATCH_SECONDS": "30",
     }
     command = _unit()["Service"]["ExecStart"]
     home = {**os.environ, "SPECCTL_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    tmp_path = tmp_path / "a dir"  # a space: one argument all the same
+    tmp_path.mkdir()
     broken = tmp_path / "broken.toml"
     broken.write_text("[[nodes]]\nname = 1\n")
     # a node whose specd nothing answers: apply fails (1), and systemd tries again
@@ -59,7 +63,8 @@ def test_its_command_line_runs_specctl_with_the_exit_statuses_it_relies_on(
     cases = ((broken, 2, "broken.toml:2: nodes[0].name"), (down, 1, "specd at 127.0.0.1:9"))
     for cluster, status, said in cases:
         values = {**env_file, "CLUSTER_FILE": str(cluster)}
-        argv = re.sub(r"\$\{(\w+)\}", lambda m, v=values: v[m.group(1)], command).split()
+        argv = [re.sub(r"^\$\{(\w+)\}$", lambda m, v=values: v[m.group(1)], word)
+                for word in command.split()]  # fmt: skip
         assert argv[:2] == ["/usr/bin/env", env_file["SPECCTL"]]
         assert argv[2:] == ["apply", str(cluster), "--watch", "30"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=home)

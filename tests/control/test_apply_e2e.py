@@ -616,6 +616,13 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
             "watching", lambda: any("looking every 1 s" in d for d in watch_steps("started")), 120
         )
         assert any(r.get("kind") == "outcome" and r["is_ok"] for r in records), records
+        seen = cli.status()["watch"]
+        assert seen is not None and seen["pid"] == watching.pid and seen["interval_s"] == 1
+        second = cli.run("apply", "--watch", "5", str(config))  # refused before it applies
+        assert second.returncode == 1
+        assert f"a watch already keeps this home's deployment running (pid {watching.pid}, " in (
+            second.stderr
+        )
         config.write_text(text + "# edited while watched\n")
         (raylet,) = raylet_pids(node_root)
         drafter = next(s for s in cli.status()["shards"] if s["role"] == "drafter")
@@ -632,6 +639,10 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
             time.sleep(0.5)
         now_drafter = next(s for s in status["shards"] if s["role"] == "drafter")
         assert now_drafter["pid"] != drafter["pid"]
+        assert status["watch"]["repairs"] >= 1 and status["watch"]["last_outcome"] == "repaired"
+        shown = cli.run("status").stdout
+        shown = shown.replace("\n", " ")  # (a narrow terminal wraps the line)
+        assert f"watch      pid {watching.pid}, every 1 s since " in shown and " repair" in shown
         applied = json.loads((cli.home / "state.json").read_text())["config_text"]
         assert applied == text, "the watch applied the edited file"
         assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
@@ -648,7 +659,35 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
     assert code == 0, f"{records}\n{''.join(errors)[-3000:]}"
     assert not_json == [], not_json
     assert watch_steps("done")[-1] == "stopped watching; the deployment keeps running"
-    assert cli.status()["is_healthy"]
+    after = cli.status()
+    assert after["is_healthy"] and after["watch"] is None
+    assert not (cli.home / "watch.json").exists()
+
+
+def test_sigterm_during_a_watchs_first_apply_lets_that_apply_finish(
+    deployment: tuple[Cli, Path],
+) -> None:
+    """The service running a watch is stopped while its first apply runs (at boot, say):
+    that apply finishes (what it started is recorded, for `down` to find), then the watch
+    ends at once, exit 0. It was killed mid-apply."""
+    cli, config = deployment
+    watching = cli.start("apply", "--json", "--watch", "1", str(config))
+    assert watching.stdout is not None
+    first = watching.stdout.readline()  # the apply has begun: "validate" started
+    watching.send_signal(signal.SIGTERM)
+    try:
+        out, err = watching.communicate(timeout=APPLY_TIMEOUT_S)
+    finally:
+        watching.kill()
+    assert watching.returncode == 0, err[-3000:]
+    records = [json.loads(line) for line in (first + out).splitlines()]
+    assert records[0]["name"] == "validate", records
+    assert any(r.get("kind") == "outcome" and r["is_ok"] for r in records), records
+    watched = [r["detail"] for r in records if r.get("name") == "watch"]
+    assert watched[-1] == "stopped watching; the deployment keeps running", watched
+    assert not any(d.startswith("repair") for d in watched)
+    after = cli.status()
+    assert after["is_healthy"] and after["watch"] is None
 
 
 def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:

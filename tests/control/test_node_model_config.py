@@ -2,10 +2,12 @@
 a multimodal checkpoint's text_config is its shape as it is here, and each node that cannot
 answer (no such directory, nothing listening, a token file missing) is named with why."""
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,7 +140,60 @@ def test_a_node_only_model_whose_nodes_are_all_down_is_unknown_not_invalid(
         assert done.returncode == code, (command, done.stdout + done.stderr)
         assert f"{cluster}:13: models[0].path: model directory {gone} does not exist" in done.stderr
         assert f"node a: specd at {downs[0][1]} unreachable (ConnectError" in done.stderr
+    # the TUI saves it all the same, saying what it could not check (it refused to)
+    from tui.core.session import ConfigSession
+
+    session = ConfigSession.open(cluster)
+    assert session.save() == cluster and session.unchecked is not None
+    assert "unreachable (ConnectError" in session.unchecked
     answering = [downs[0], ("box", f"127.0.0.1:{specd.port}", token)]
     with pytest.raises(ConfigError) as caught:
         load_config_text(_config(answering, gone))
     assert not caught.value.unreachable, "a node said the directory is not there"
+
+
+def _answering(status: int, body: bytes) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    return Handler
+
+
+def test_a_server_error_or_a_proxys_page_is_no_answer_of_the_node(
+    token_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A specd whose own read failed (503, its JSON error) and a proxy's page (502): they say
+    nothing of the model directory, as unknown as a node down."""
+    servers = [
+        http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        for handler in (
+            _answering(503, b'{"error": "reading the directory timed out"}'),
+            _answering(502, b"<html>Bad Gateway</html>"),
+        )
+    ]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        nodes = [
+            (f"n{i}", f"127.0.0.1:{s.server_address[1]}", token_file[0])
+            for i, s in enumerate(servers)
+        ]
+        config = load_config_text(_config(nodes, DEMO_TARGET))
+        node, _, said, none_answered = first_config(config, list(config.nodes), tmp_path, 5.0)
+        assert node is None and none_answered, said
+        assert said[0].endswith(": reading the directory timed out")
+        assert said[1].endswith(": HTTP 502, not a specd's answer")
+        with pytest.raises(ConfigError) as caught:
+            load_config_text(_config(nodes, tmp_path / "gone"))
+        assert caught.value.unreachable
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()

@@ -57,7 +57,8 @@ def apply_session(
         except (ConfigError, OSError) as error:
             events.step("save", "failed", str(error).splitlines()[0])
             return LaunchOutcome("apply", False, f"Not applied: the file was not saved.\n{error}")
-        events.step("save", "done", str(path))
+        unchecked = " (not all checked: a model's nodes did not answer)"
+        events.step("save", "done", str(path) + (unchecked if session.unchecked else ""))
     return run_child("apply", [str(session.path)], home, events, APPLY_TIMEOUT_S, stop)
 
 

@@ -58,6 +58,8 @@ class ConfigSession:
     save_path: Path  # where Save writes
     saved_text: str = ""  # the text as last loaded or saved
     revision: int = 0  # bumped on every edit: a late check can be told from a fresh one
+    # after a save: what could not be checked (a model's nodes did not answer), else None
+    unchecked: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -90,14 +92,28 @@ class ConfigSession:
 
     def save(self) -> Path:
         """Validate and write to `save_path` (ConfigError, nothing written, when invalid;
-        OSError when the file cannot be written, the document then as it was)."""
+        OSError when the file cannot be written, the document then as it was). Where all
+        that fails is a model kept on nodes that do not answer, it is saved all the same and
+        `unchecked` says what was not checked: nodes down do not make the file wrong."""
         # checked outside the lock the UI's edits take: a model kept on its nodes alone is read
         # through their specds, and the UI froze while a node was slow to answer
         snapshot = self.snapshot()
-        load_config_text(snapshot.text, snapshot.path, str(snapshot.path))
+        unchecked = None
+        try:
+            load_config_text(snapshot.text, snapshot.path, str(snapshot.path))
+        except ConfigError as error:
+            if not error.unreachable:
+                raise
+            unchecked = str(error)
         with self.lock:
             if self.revision != snapshot.revision:  # edited meanwhile: checked again
-                self.document.validate()
+                try:
+                    self.document.validate()
+                    unchecked = None
+                except ConfigError as error:
+                    if not error.unreachable:
+                        raise
+                    unchecked = str(error)
             old_dir, new_dir = self.path.parent, self.save_path.parent
             rebase_relative_paths(self.document, old_dir, new_dir)
             try:
@@ -106,6 +122,7 @@ class ConfigSession:
                 rebase_relative_paths(self.document, new_dir, old_dir)
                 raise
             self.saved_text = self.document.text()
+            self.unchecked = unchecked
             return self.save_path
 
 
