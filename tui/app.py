@@ -118,14 +118,14 @@ class SpecctlApp(App[None]):
         session = self.session
         assert session is not None
         try:
-            path = session.save()
+            path, unchecked = session.save_checked()
         except ConfigError as error:
             self.call_from_thread(self._saved, None, f"Not saved: the file is invalid.\n{error}")
             return
         except OSError as error:
             self.call_from_thread(self._saved, None, f"Not saved: {error}")
             return
-        self.call_from_thread(self._saved, path, None, session.unchecked)
+        self.call_from_thread(self._saved, path, None, unchecked)
 
     def _saved(self, path: Path | None, problem: str | None, unchecked: str | None = None) -> None:
         if problem is not None:

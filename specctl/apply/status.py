@@ -107,7 +107,7 @@ def read_status(home: SpecctlHome) -> StatusReport:
         report.server_pid, report.is_server_alive = record.pid, True
         _ask_server(report, record.url)
     report.live = _live(state, report.problems)
-    watching = live_watch(home.watch_file)
+    watching = live_watch(home)
     report.watch = None if watching is None else asdict(watching)
     return report
 

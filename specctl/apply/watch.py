@@ -33,7 +33,7 @@ from specctl.apply.home_lock import HomeBusyError
 from specctl.apply.shards import said
 from specctl.apply.state import AppliedState, StateError
 from specctl.apply.status import StatusReport, read_status
-from specctl.apply.watch_record import WatchRecord, claim, clear
+from specctl.apply.watch_record import WatchRecord
 from specctl.home import SpecctlHome
 
 STEP = "watch"
@@ -56,32 +56,14 @@ def watch(
     repair: Repair,
     interval_s: float,
     stop: threading.Event,
-) -> None:
-    """Look every `interval_s` until `stop` is set or nothing is applied; repair with
-    `repair` (apply_deployment of the applied text) what stays broken. Recorded in the
-    home's watch.json meanwhile (WatchRunning where another watch is)."""
-    try:
-        applied = AppliedState.load(home.state_file)
-    except StateError as exc:
-        raise WatchError(str(exc)) from None
-    if applied is None:
-        events.step(STEP, "done", "nothing is applied: nothing to watch")
-        return
-    record = claim(home.watch_file, interval_s, applied.config_path)
-    try:
-        _watch(home, events, repair, interval_s, stop, record)
-    finally:
-        clear(home.watch_file, record)
-
-
-def _watch(
-    home: SpecctlHome,
-    events: ApplyEvents,
-    repair: Repair,
-    interval_s: float,
-    stop: threading.Event,
     record: WatchRecord,
 ) -> None:
+    """Look every `interval_s` until `stop` is set or nothing is applied; repair with
+    `repair` (apply_deployment of the applied text) what stays broken. `record`: the home's
+    watch record (watch_record.holding_watch), its repairs kept there."""
+    if stop.is_set():  # asked during the first apply: it is done, and nothing more
+        events.step(STEP, "done", "stopped before watching; the deployment keeps running")
+        return
     events.step(STEP, "started", f"looking every {interval_s:g} s (Ctrl+C stops watching)")
     looks, since, wait_s, told_edited = 0, 0.0, interval_s, False
     while not stop.wait(wait_s):
@@ -125,7 +107,7 @@ def _repaired(home: SpecctlHome, record: WatchRecord, outcome: str) -> None:
     record.repairs += 1
     record.last_repair_at, record.last_outcome = time.time(), outcome
     with contextlib.suppress(OSError):  # what status shows of the watch: the repair is done
-        record.save(home.watch_file)
+        record.save(home)
 
 
 def broken(report: StatusReport) -> str:

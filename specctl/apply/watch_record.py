@@ -1,20 +1,25 @@
-"""`watch.json` in the home: the `apply --watch` keeping this home's deployment running, so
-that `specctl status` can say whether anything is, and a second watch is refused (two would
-repair the same fault twice over).
+"""The `apply --watch` keeping a home's deployment running: one at a time per home, and seen
+by `specctl status`.
 
-A record names its process by pid and start time (what tells it from a later process given
-the same pid): one whose process is gone reads as no watch.
+A watch holds an flock on the home's watch.lock for its whole life, its first apply
+included: a second watch is refused at once (two would repair each fault twice), and the
+kernel drops the lock when the process ends however it ends, so a watch that died reads as
+none (across PID namespaces too, with no pid reuse to fear). Beside it, watch.json says what
+the watch is (pid, interval, file, repairs and the last outcome) for `status`; it counts only
+while the lock is held.
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import IO
 
-from daemon.specd.process_tree import process_start_ticks
+from specctl.home import SpecctlHome
 
 
 class WatchRunning(Exception):
@@ -24,21 +29,12 @@ class WatchRunning(Exception):
 @dataclass(slots=True)
 class WatchRecord:
     pid: int
-    start_ticks: int | None
     interval_s: float
     config_path: str
     started_at: float  # unix time
     repairs: int = 0  # applies it ran
     last_repair_at: float | None = None
     last_outcome: str | None = None  # "repaired", or what failed
-
-    @staticmethod
-    def for_this_process(interval_s: float, config_path: str) -> "WatchRecord":
-        pid = os.getpid()
-        return WatchRecord(pid, process_start_ticks(pid), interval_s, config_path, time.time())
-
-    def is_alive(self) -> bool:
-        return process_start_ticks(self.pid) == self.start_ticks is not None
 
     def describe(self) -> str:
         """One line: "pid 123, every 30 s since 05:40:12; 2 repairs, the last at ...: ..."."""
@@ -50,44 +46,82 @@ class WatchRecord:
         plural = "s" if self.repairs > 1 else ""
         return line + f"; {self.repairs} repair{plural}, the last at {at}: {self.last_outcome}"
 
-    def save(self, path: Path) -> None:
-        staged = path.with_suffix(f".{self.pid}.tmp")
+    def save(self, home: SpecctlHome) -> None:
+        """Only by the watch holding the lock."""
+        staged = home.watch_file.with_suffix(".tmp")
         staged.write_text(json.dumps(asdict(self), indent=2))
-        os.replace(staged, path)
+        os.replace(staged, home.watch_file)
 
 
-def live_watch(path: Path) -> WatchRecord | None:
-    """The watch keeping the home's deployment, None where none runs (no record, a damaged
-    one, or one whose process is gone)."""
+_TYPES: dict[str, tuple[type, ...]] = {
+    "pid": (int,),
+    "interval_s": (int, float),
+    "config_path": (str,),
+    "started_at": (int, float),
+    "repairs": (int,),
+    "last_repair_at": (int, float, type(None)),
+    "last_outcome": (str, type(None)),
+}
+
+
+def _lock_path(home: SpecctlHome) -> Path:
+    return home.watch_file.with_suffix(".lock")
+
+
+def _read(home: SpecctlHome) -> WatchRecord | None:
+    """watch.json as written, None where missing or damaged (a hand edit, say)."""
     try:
-        raw: Any = json.loads(path.read_text())
-        record = WatchRecord(**raw)
-        if type(record.pid) is not int or record.pid < 2:
-            return None
-    except (OSError, ValueError, TypeError):
+        raw = json.loads(home.watch_file.read_text())
+    except (OSError, ValueError):
         return None
-    return record if record.is_alive() else None
+    names = [f.name for f in fields(WatchRecord)]
+    if not isinstance(raw, dict) or sorted(raw) != sorted(names):
+        return None
+    if not all(type(raw[name]) in _TYPES[name] for name in names):
+        return None
+    return WatchRecord(**raw)
 
 
-def claim(path: Path, interval_s: float, config_path: str) -> WatchRecord:
-    """This process's record written; WatchRunning where another live watch holds the home."""
-    running = live_watch(path)
-    if running is not None and running.pid != os.getpid():
-        raise WatchRunning(already_running(running))
-    record = WatchRecord.for_this_process(interval_s, config_path)
-    record.save(path)
-    return record
-
-
-def already_running(running: WatchRecord) -> str:
+def already_running(running: WatchRecord | None) -> str:
+    said = f"{running.describe()}; {running.config_path}" if running else "its record unreadable"
+    kill = f"kill {running.pid}, or " if running else ""
     return (
-        f"a watch already keeps this home's deployment running ({running.describe()}; "
-        f"{running.config_path}): stop it first (kill {running.pid}, or stop its service)"
+        f"a watch already keeps this home's deployment running ({said}): stop it first "
+        f"({kill}stop its service)"
     )
 
 
-def clear(path: Path, record: WatchRecord) -> None:
-    """The record removed, where it is still this one's (a later watch's is left alone)."""
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        if WatchRecord(**json.loads(path.read_text())).pid == record.pid:
-            path.unlink()
+def live_watch(home: SpecctlHome) -> WatchRecord | None:
+    """The watch keeping the home's deployment, None where none runs. A watch whose record
+    cannot be read (being written, or damaged) is None too: status says nothing of it."""
+    try:
+        with open(_lock_path(home)) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read(home)  # held: a watch runs
+            return None  # nobody holds it
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def holding_watch(home: SpecctlHome, interval_s: float, config_path: str) -> Iterator[WatchRecord]:
+    """This process as the home's watch, from now (before its first apply) to the end of the
+    block; WatchRunning where another watch holds the home."""
+    home.ensure()
+    handle: IO[str] = open(_lock_path(home), "a")  # noqa: SIM115 (held for the block)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WatchRunning(already_running(_read(home))) from None
+        record = WatchRecord(os.getpid(), interval_s, config_path, time.time())
+        record.save(home)
+        try:
+            yield record
+        finally:
+            with contextlib.suppress(OSError):
+                home.watch_file.unlink()  # ours: the lock is still held
+    finally:
+        handle.close()  # the lock goes with it

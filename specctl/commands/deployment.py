@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 from rich.table import Table
 
 from specctl.apply.status import StatusReport, read_status
-from specctl.apply.watch_record import WatchRecord, already_running, live_watch
+from specctl.apply.watch_record import WatchRecord, WatchRunning, holding_watch
 from specctl.console import make_console
 from specctl.home import SpecctlHome
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_DEGRADED = 3  # status: applied, but not all of it serving (a shard down, no server)
+EXIT_WATCHED = 4  # apply --watch: another watch keeps this home (nothing applied)
 
 
 def run_apply(
@@ -42,17 +43,23 @@ def run_apply(
 
     home = SpecctlHome.resolve()
     out = sys.stdout
-    if watch_s is not None and (running := live_watch(home.watch_file)) is not None:
-        # refused before anything is applied: two watches would repair each fault twice
-        return _failed(already_running(running), as_json, EXIT_FAILED, out=out)
     events = JsonEvents(out) if as_json else ConsoleEvents()
     options = ApplyOptions(load_timeout_s=load_timeout_s)
-    # with --json, stdout holds JSON lines alone: what Ray prints there from its threads at
-    # any moment (a node marked dead, say) goes to stderr
-    with (
-        contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(),
-        _stop_on_signals() if watch_s is not None else contextlib.nullcontext() as stop,
-    ):
+    with contextlib.ExitStack() as held:
+        # with --json, stdout holds JSON lines alone: what Ray prints there from its threads
+        # at any moment (a node marked dead, say) goes to stderr
+        if as_json:
+            held.enter_context(contextlib.redirect_stdout(sys.stderr))
+        stop = record = None
+        if watch_s is not None:
+            # the home held as its watch before anything is applied (two watches would repair
+            # each fault twice), and the signals that end a watch let that apply finish
+            watched = holding_watch(home, watch_s, str(config_file.resolve()))
+            try:
+                record = held.enter_context(watched)
+            except WatchRunning as exc:
+                return _failed(str(exc), as_json, EXIT_WATCHED, out=out)
+            stop = held.enter_context(_stop_on_signals())
         try:
             with events:
                 result = apply_deployment(config_file, home, events, options)
@@ -63,8 +70,8 @@ def run_apply(
         except Exception as exc:  # every failure of a step is said in one message
             return _failed(_why(exc), as_json, EXIT_FAILED, out=out)
         _print_applied(result, as_json, out)
-        if stop is not None:
-            return _watch(home, events, options, watch_s or 0.0, stop)
+        if stop is not None and record is not None:
+            return _watch(home, events, options, record, stop, as_json, out)
     return 0
 
 
@@ -93,24 +100,24 @@ def _watch(
     home: SpecctlHome,
     events: "ConsoleEvents | JsonEvents",
     options: "ApplyOptions",
-    interval_s: float,
+    record: WatchRecord,
     stop: threading.Event,
+    as_json: bool,
+    out: TextIO,
 ) -> int:
     """Until `stop` is set (by SIGINT or SIGTERM, maybe during the first apply already);
     the exit code."""
     from specctl.apply.apply import apply_deployment
     from specctl.apply.watch import WatchError, watch
-    from specctl.apply.watch_record import WatchRunning
 
     def repair(path: Path, text: str) -> object:
         with events:  # (a fresh progress display per repair)
             return apply_deployment(path, home, events, options, as_applied=text)
 
     try:
-        watch(home, events, repair, interval_s, stop)
-    except (WatchError, WatchRunning) as exc:
-        print(f"specctl: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        watch(home, events, repair, record.interval_s, stop, record)
+    except WatchError as exc:
+        return _failed(str(exc), as_json, EXIT_FAILED, out=out)
     return 0
 
 

@@ -79,10 +79,19 @@ def _own_signal_handlers() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import ray._private.utils as ray_utils
+
     kept = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    # while ray.init runs, its SIGTERM handler would end the process at once: where the
+    # process has one of its own, Ray's is not set at all (it sets it through this function)
+    installs = getattr(ray_utils, "set_sigterm_handler", None)
+    if installs is not None and kept[signal.SIGTERM] not in (signal.SIG_DFL, None):
+        ray_utils.set_sigterm_handler = lambda _handler: None
     try:
         yield
     finally:
+        if installs is not None:
+            ray_utils.set_sigterm_handler = installs
         for number, handler in kept.items():
             if handler is not None:
                 signal.signal(number, handler)

@@ -30,7 +30,7 @@ def test_the_deployment_outlives_the_watch_and_an_invalid_file_is_not_retried() 
     service = _unit()["Service"]
     assert service["KillMode"] == "process"  # the Ray nodes and server its applies started
     assert service["Restart"] == "on-failure"
-    assert service["RestartPreventExitStatus"].split() == ["2", "126", "127"]
+    assert service["RestartPreventExitStatus"].split() == ["2", "4", "126", "127"]
     assert service["OOMPolicy"] == "continue"
     assert service["EnvironmentFile"] == "%h/.config/specctl/watch.env"
 

@@ -144,8 +144,9 @@ def test_a_node_only_model_whose_nodes_are_all_down_is_unknown_not_invalid(
     from tui.core.session import ConfigSession
 
     session = ConfigSession.open(cluster)
-    assert session.save() == cluster and session.unchecked is not None
-    assert "unreachable (ConnectError" in session.unchecked
+    saved, unchecked = session.save_checked()
+    assert saved == cluster and unchecked is not None
+    assert "unreachable (ConnectError" in unchecked
     answering = [downs[0], ("box", f"127.0.0.1:{specd.port}", token)]
     with pytest.raises(ConfigError) as caught:
         load_config_text(_config(answering, gone))

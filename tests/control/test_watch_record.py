@@ -1,66 +1,96 @@
-"""watch.json: the watch keeping a home's deployment, told from a process gone (its pid
-reused too) or a damaged record, and a second watch refused while the first lives."""
+"""The home's watch: held under an flock for the watch's life, so a second watch is refused
+(at the same moment too), a watch that died (killed, however) reads as none, and a damaged
+record is none rather than a crash of `status`. The other watch is a real process."""
 
-import dataclasses
 import json
 import os
 import re
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from daemon.specd.process_tree import process_start_ticks
-from specctl.apply.watch_record import WatchRecord, WatchRunning, claim, clear, live_watch
+from specctl.apply.watch_record import WatchRunning, holding_watch, live_watch
+from specctl.home import SpecctlHome
+
+REPO = Path(__file__).resolve().parents[2]
+
+# another process's watch of HOME: says so, then holds it until killed
+WATCH = """
+import sys, time
+from pathlib import Path
+from specctl.apply.watch_record import holding_watch
+from specctl.home import SpecctlHome
+with holding_watch(SpecctlHome(Path(sys.argv[1])), 10.0, "/a/cluster.toml") as record:
+    record.repairs, record.last_repair_at, record.last_outcome = 2, 60.0, "repaired"
+    record.save(SpecctlHome(Path(sys.argv[1])))
+    print("watching", flush=True)
+    time.sleep(3600)
+"""
 
 
-def test_this_watch_is_seen_and_cleared(tmp_path: Path) -> None:
-    path = tmp_path / "watch.json"
-    assert live_watch(path) is None
-    record = claim(path, 30.0, "/etc/cluster.toml")
-    assert live_watch(path) == record
-    assert re.fullmatch(
-        rf"pid {os.getpid()}, every 30 s since \d\d:\d\d:\d\d; no repair so far", record.describe()
+@pytest.fixture
+def other_watch(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", WATCH, str(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    clear(path, record)
-    assert not path.exists()
-
-
-def test_a_gone_process_or_a_damaged_record_is_no_watch(tmp_path: Path) -> None:
-    path = tmp_path / "watch.json"
-    gone = WatchRecord(2, None, 1.0, "x", 0.0)
-    ended = subprocess.Popen(["true"])
-    ended.wait(timeout=30)
-    for record in (
-        dataclasses.replace(gone, pid=ended.pid, start_ticks=1),  # exited
-        dataclasses.replace(WatchRecord.for_this_process(1.0, "x"), start_ticks=1),  # pid reused
-    ):
-        record.save(path)
-        assert live_watch(path) is None
-    for damaged in ("{", "[]", '{"pid": 1}', json.dumps({**dataclasses.asdict(gone), "pid": "7"})):
-        path.write_text(damaged)
-        assert live_watch(path) is None
-    assert claim(path, 2.0, "y").pid > 1  # over a record no process holds
-
-
-def test_a_second_watch_is_refused_while_the_first_lives(tmp_path: Path) -> None:
-    path = tmp_path / "watch.json"
-    other = subprocess.Popen(["sleep", "60"])
     try:
-        ticks = process_start_ticks(other.pid)
-        first = WatchRecord(other.pid, ticks, 10.0, "/a/cluster.toml", 0.0, 2, 60.0, "repaired")
-        first.save(path)
-        with pytest.raises(WatchRunning) as refused:
-            claim(path, 5.0, "/b/cluster.toml")
-        said = str(refused.value)
-        running = f"a watch already keeps this home's deployment running (pid {other.pid}, "
-        assert said.startswith(running + "every 10 s since ")
-        assert "; 2 repairs, the last at " in said
-        assert said.endswith(": repaired; /a/cluster.toml): stop it first (kill "
-                             f"{other.pid}, or stop its service)")  # fmt: skip
-        clear(path, WatchRecord.for_this_process(5.0, "/b"))  # not ours: left
-        assert live_watch(path) == first
+        assert process.stdout is not None and process.stdout.readline().strip() == "watching"
+        yield process
     finally:
-        other.kill()
-        other.wait(timeout=30)
-    assert live_watch(path) is None
+        process.kill()
+        process.wait(timeout=30)
+
+
+def test_this_watch_is_seen_while_it_holds_the_home(tmp_path: Path) -> None:
+    home = SpecctlHome(tmp_path)
+    assert live_watch(home) is None
+    with holding_watch(home, 30.0, "/etc/cluster.toml") as record:
+        assert live_watch(home) == record
+        assert re.fullmatch(
+            rf"pid {os.getpid()}, every 30 s since \d\d:\d\d:\d\d; no repair so far",
+            record.describe(),
+        )
+    assert live_watch(home) is None and not home.watch_file.exists()
+
+
+def test_a_second_watch_is_refused_while_the_first_lives(
+    tmp_path: Path, other_watch: subprocess.Popen[str]
+) -> None:
+    home = SpecctlHome(tmp_path)
+    seen = live_watch(home)
+    assert seen is not None and seen.pid == other_watch.pid and seen.repairs == 2
+    with pytest.raises(WatchRunning) as refused, holding_watch(home, 5.0, "/b/cluster.toml"):
+        pass
+    said = str(refused.value)
+    running = f"a watch already keeps this home's deployment running (pid {other_watch.pid}, "
+    assert said.startswith(running + "every 10 s since ")
+    assert "; 2 repairs, the last at " in said
+    assert said.endswith(
+        f": repaired; /a/cluster.toml): stop it first (kill {other_watch.pid}, or stop its service)"
+    )
+    assert live_watch(home) == seen, "the refused watch touched the first one's record"
+    other_watch.kill()  # killed: the kernel drops its lock, and its record counts for nothing
+    other_watch.wait(timeout=30)
+    assert home.watch_file.exists() and live_watch(home) is None
+    with holding_watch(home, 5.0, "/b/cluster.toml") as record:
+        assert live_watch(home) == record
+
+
+def test_a_damaged_record_of_a_live_watch_is_no_crash(
+    tmp_path: Path, other_watch: subprocess.Popen[str]
+) -> None:
+    home = SpecctlHome(tmp_path)
+    good = json.loads(home.watch_file.read_text())
+    for damaged in ("{", "[]", json.dumps({**good, "started_at": "noon"}), json.dumps({"pid": 7})):
+        home.watch_file.write_text(damaged)
+        assert live_watch(home) is None
+        unreadable = r"\(its record unreadable\): stop it first \(stop"
+        with pytest.raises(WatchRunning, match=unreadable), holding_watch(home, 5.0, "x"):
+            pass

@@ -53,12 +53,12 @@ def apply_session(
     if session.is_dirty:
         events.step("save", "started", str(session.save_path))
         try:
-            path = session.save()
+            path, unchecked_why = session.save_checked()
         except (ConfigError, OSError) as error:
             events.step("save", "failed", str(error).splitlines()[0])
             return LaunchOutcome("apply", False, f"Not applied: the file was not saved.\n{error}")
         unchecked = " (not all checked: a model's nodes did not answer)"
-        events.step("save", "done", str(path) + (unchecked if session.unchecked else ""))
+        events.step("save", "done", str(path) + (unchecked if unchecked_why else ""))
     return run_child("apply", [str(session.path)], home, events, APPLY_TIMEOUT_S, stop)
 
 

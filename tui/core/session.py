@@ -58,8 +58,6 @@ class ConfigSession:
     save_path: Path  # where Save writes
     saved_text: str = ""  # the text as last loaded or saved
     revision: int = 0  # bumped on every edit: a late check can be told from a fresh one
-    # after a save: what could not be checked (a model's nodes did not answer), else None
-    unchecked: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -91,10 +89,14 @@ class ConfigSession:
             return ConfigSnapshot(self.document.text(), self.path, self.revision)
 
     def save(self) -> Path:
+        return self.save_checked()[0]
+
+    def save_checked(self) -> tuple[Path, str | None]:
         """Validate and write to `save_path` (ConfigError, nothing written, when invalid;
         OSError when the file cannot be written, the document then as it was). Where all
-        that fails is a model kept on nodes that do not answer, it is saved all the same and
-        `unchecked` says what was not checked: nodes down do not make the file wrong."""
+        that fails is a model kept on nodes that do not answer, it is saved all the same:
+        nodes down do not make the file wrong. Returns the path, and what could not be
+        checked (None: all of it)."""
         # checked outside the lock the UI's edits take: a model kept on its nodes alone is read
         # through their specds, and the UI froze while a node was slow to answer
         snapshot = self.snapshot()
@@ -122,8 +124,7 @@ class ConfigSession:
                 rebase_relative_paths(self.document, new_dir, old_dir)
                 raise
             self.saved_text = self.document.text()
-            self.unchecked = unchecked
-            return self.save_path
+            return self.save_path, unchecked
 
 
 def _path_fields(document: ConfigDocument) -> list[Loc]:
