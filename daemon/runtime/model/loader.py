@@ -184,52 +184,36 @@ def load_lean(
     # the room checked for the cache and weights is held for this machine's other loads
     # until they are in memory (memory_guard.loading)
     with loading():
-        model = _read_lean(model_dir, config, dtype, device, num_slots, max_model_len,
-                           progress, tp, layers)  # fmt: skip
+        model = LlamaForCausalLM(
+            config,
+            max_model_len=max_model_len,
+            num_slots=num_slots,
+            dtype=dtype,
+            device=device,
+            tp=tp,
+            layers=layers,
+        )
+        params = model.state_dict()
+        total_bytes = sum(p.numel() * p.element_size() for p in params.values())
+        done_bytes = told_bytes = 0
+        state: dict[str, torch.Tensor] = {}
+        with open_checkpoint(model_dir) as reader:
+            for name, param in params.items():
+                loaded = _load_param(reader, name, param, model)
+                state[name] = loaded.to(device=device, dtype=dtype)
+                done_bytes += param.numel() * param.element_size()
+                if done_bytes - told_bytes >= ALLOCATED_STEP_BYTES:
+                    allocated(device, done_bytes - told_bytes)
+                    told_bytes = done_bytes
+                if progress is not None:
+                    progress(done_bytes, total_bytes)
+        model.load_state_dict(state, strict=True, assign=True)
+        prepack_linears(model)
+        model.pack_tied_head()
     model.enable_native_pass()
     if model.is_whole and cuda_graphs_wanted(device):  # the device check: never on a CPU
         model.enable_static_passes(capture=True)
     return model.requires_grad_(False).eval()
-
-
-def _read_lean(
-    model_dir: Path,
-    config: ModelConfig,
-    dtype: torch.dtype,
-    device: torch.device,
-    num_slots: int,
-    max_model_len: int,
-    progress: LoadProgress | None,
-    tp: TensorParallel | None,
-    layers: tuple[int, int] | None,
-) -> LlamaForCausalLM:
-    """The model with its KV cache allocated and its weights read and packed."""
-    model = LlamaForCausalLM(
-        config,
-        max_model_len=max_model_len,
-        num_slots=num_slots,
-        dtype=dtype,
-        device=device,
-        tp=tp,
-        layers=layers,
-    )
-    params = model.state_dict()
-    total_bytes = sum(p.numel() * p.element_size() for p in params.values())
-    done_bytes = told_bytes = 0
-    state: dict[str, torch.Tensor] = {}
-    with open_checkpoint(model_dir) as reader:
-        for name, param in params.items():
-            state[name] = _load_param(reader, name, param, model).to(device=device, dtype=dtype)
-            done_bytes += param.numel() * param.element_size()
-            if done_bytes - told_bytes >= ALLOCATED_STEP_BYTES:
-                allocated(device, done_bytes - told_bytes)
-                told_bytes = done_bytes
-            if progress is not None:
-                progress(done_bytes, total_bytes)
-    model.load_state_dict(state, strict=True, assign=True)
-    prepack_linears(model)
-    model.pack_tied_head()
-    return model
 
 
 def _load_param(
