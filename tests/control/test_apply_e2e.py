@@ -23,6 +23,7 @@ import pytest
 from db import Store
 from specctl.apply.shards import VERIFIER_RESTARTS
 from specctl.deploy.remote_backend import CALL_TIMEOUT_S as REMOTE_CALL_S
+from specctl.home import SpecctlHome
 from tests.distributed.ray_cluster import ray_processes_under, raylet_pids
 
 from .deployment_cli import (
@@ -618,6 +619,10 @@ def test_apply_watch_repairs_a_dead_raylet_and_stops_when_asked(
         assert any(r.get("kind") == "outcome" and r["is_ok"] for r in records), records
         seen = cli.status()["watch"]
         assert seen is not None and seen["pid"] == watching.pid and seen["interval_s"] == 1
+        from tui.core.status import read_deployment_status  # the TUI's Launch screen says so
+
+        shown = read_deployment_status(SpecctlHome(cli.home)).summary()
+        assert f"\nkept running by a watch: pid {watching.pid}, every 1 s since " in shown
         second = cli.run("apply", "--json", "--watch", "5", str(config))
         assert second.returncode == 4, second.stdout + second.stderr
         assert f"a watch already keeps this home's deployment running (pid {watching.pid}, " in (

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from specctl.apply.state import AppliedState, StateError
+from specctl.apply.watch_record import live_watch
 from specctl.cluster.local_cluster import HEAD_PORT_FILE, node_dir_name
 from specctl.cluster.local_nodes import LocalClusterError, LocalNode, LocalNodeSpec
 from specctl.deploy.server_process import ServerRecord, ServerRecordError
@@ -32,6 +33,7 @@ class DeploymentStatus:
     shards: tuple[tuple[str, str, str], ...] = ()  # (actor, role, node)
     local_ray: dict[str, RayState] = field(default_factory=dict)  # by node name
     problem: str | None = None  # why the state could not be read
+    watch: str | None = None  # the `apply --watch` keeping it running, described; None: none
 
     def summary(self) -> str:
         if self.problem:
@@ -39,9 +41,11 @@ class DeploymentStatus:
         if self.deployment is None:
             return "nothing deployed"
         if not self.is_server_alive:
-            return f"{self.deployment}: applied, but its serving process is not running"
-        health = "answering" if self.is_server_healthy else "not answering /health"
-        return f"{self.deployment} at {self.endpoint} ({health})"
+            said = f"{self.deployment}: applied, but its serving process is not running"
+        else:
+            health = "answering" if self.is_server_healthy else "not answering /health"
+            said = f"{self.deployment} at {self.endpoint} ({health})"
+        return said + (f"\nkept running by a watch: {self.watch}" if self.watch else "")
 
 
 def local_ray_state(root: Path, name: str, token_file: Path) -> RayState:
@@ -93,4 +97,5 @@ def read_deployment_status(home: SpecctlHome) -> DeploymentStatus:
         is_server_healthy=is_alive and url is not None and _is_healthy(url),
         shards=tuple((s.actor, s.role, s.node) for s in state.shards),
         local_ray=local_ray,
+        watch=watching.describe() if (watching := live_watch(home)) else None,
     )
