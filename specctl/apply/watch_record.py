@@ -21,6 +21,8 @@ from typing import IO
 
 from specctl.home import SpecctlHome
 
+READER_GRACE_S = 2.0  # a `status` looking at the lock holds it this long at most
+
 
 class WatchRunning(Exception):
     """Another watch keeps this home's deployment already; the message names it."""
@@ -112,10 +114,16 @@ def holding_watch(home: SpecctlHome, interval_s: float, config_path: str) -> Ite
     home.ensure()
     handle: IO[str] = open(_lock_path(home), "a")  # noqa: SIM115 (held for the block)
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise WatchRunning(already_running(_read(home))) from None
+        # a reader (`status`) holds it for a moment; a watch, for its life
+        deadline = time.monotonic() + READER_GRACE_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WatchRunning(already_running(_read(home))) from None
+                time.sleep(0.05)
         record = WatchRecord(os.getpid(), interval_s, config_path, time.time())
         record.save(home)
         try:

@@ -59,6 +59,8 @@ def run_apply(
                 record = held.enter_context(watched)
             except WatchRunning as exc:
                 return _failed(str(exc), as_json, EXIT_WATCHED, out=out)
+            except OSError as exc:  # the home not writable, say
+                return _failed(f"cannot record the watch: {exc}", as_json, EXIT_FAILED, out=out)
             stop = held.enter_context(_stop_on_signals())
         try:
             with events:

@@ -340,6 +340,58 @@ def test_a_model_that_fails_to_load_after_the_check_is_rolled_back(
     assert "changed: nothing" in done.stdout, done.stdout + done.stderr
 
 
+def test_a_failed_load_in_an_apply_that_restarted_the_head_is_rolled_back(
+    deployment: tuple[Cli, Path], tmp_path: Path
+) -> None:
+    """The head's raylet died, and the file changes the target: the apply starts the head
+    anew (a new GCS: every shard and the serving process replaced; nothing runs, so no
+    model is checked first), and the new target is cut short as its verifier starts. The
+    rollback deploys the last good shards on the new cluster, with a serving process that
+    joined it: the endpoint serves again."""
+    cli, config = deployment
+    before = cli.status()
+    text = config.read_text()
+    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
+    weights = copy / "model.safetensors"
+    config.write_text(text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"'))
+    (raylet,) = raylet_pids(cli.ray_root() / "verifier-node")  # the head
+    os.kill(raylet, signal.SIGKILL)
+    try:
+        applying = cli.start("apply", "--json", str(config))
+        watchdog = threading.Timer(APPLY_TIMEOUT_S, applying.kill)
+        watchdog.start()
+        steps: list[dict] = []
+        try:
+            assert applying.stdout is not None
+            for line in applying.stdout:
+                record = json.loads(line)
+                steps.append(record)
+                if record.get("name") == "verifier r0" and record.get("state") == "started":
+                    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+            stderr = applying.stderr.read() if applying.stderr else ""
+            code = applying.wait(timeout=30)
+        finally:
+            watchdog.cancel()
+        said = "\n".join([*(json.dumps(r) for r in steps), stderr])
+        assert code == 1, said
+        named = [(r.get("name"), r.get("state")) for r in steps]
+        assert ("verifier r0", "failed") in named, said
+        assert ("rollback", "done") in named, said
+        outcome = steps[-1]
+        assert "were started again and serve" in outcome["message"], said
+        deadline = time.monotonic() + 60
+        while not (after := cli.status())["is_healthy"]:
+            assert time.monotonic() < deadline, json.dumps(after)
+            time.sleep(0.5)
+        assert after["server_pid"] != before["server_pid"], "the old server held the dead GCS"
+        assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+    finally:
+        config.write_text(text)
+    done = cli.apply(config)  # the last good file again: it runs already
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "changed: nothing" in done.stdout, done.stdout + done.stderr
+
+
 def _drafted(cli: Cli) -> float:
     """The serving process's count of draft tokens (its Prometheus metrics)."""
     text = httpx.get(cli.status()["endpoint"].removesuffix("/v1") + "/metrics", timeout=10).text

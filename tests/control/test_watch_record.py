@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specctl.apply import watch_record
 from specctl.apply.watch_record import WatchRunning, holding_watch, live_watch
 from specctl.home import SpecctlHome
 
@@ -32,7 +33,8 @@ with holding_watch(SpecctlHome(Path(sys.argv[1])), 10.0, "/a/cluster.toml") as r
 
 
 @pytest.fixture
-def other_watch(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+def other_watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[str]]:
+    monkeypatch.setattr(watch_record, "READER_GRACE_S", 0.2)  # a refusal waits this long
     process = subprocess.Popen(
         [sys.executable, "-c", WATCH, str(tmp_path)],
         cwd=REPO,
@@ -94,3 +96,19 @@ def test_a_damaged_record_of_a_live_watch_is_no_crash(
         unreadable = r"\(its record unreadable\): stop it first \(stop"
         with pytest.raises(WatchRunning, match=unreadable), holding_watch(home, 5.0, "x"):
             pass
+
+
+def test_a_status_looking_at_the_lock_does_not_refuse_a_watch_starting(tmp_path: Path) -> None:
+    """`status` takes the lock shared for a moment to see whether a watch holds it: a watch
+    starting in that moment waits it out (it was refused with exit 4, for good under its
+    service)."""
+    import fcntl
+    import threading
+
+    home = SpecctlHome(tmp_path)
+    home.ensure()
+    reader = open(home.watch_file.with_suffix(".lock"), "a")  # noqa: SIM115
+    fcntl.flock(reader, fcntl.LOCK_SH)
+    threading.Timer(0.3, reader.close).start()
+    with holding_watch(home, 5.0, "x") as record:
+        assert live_watch(home) == record

@@ -5,7 +5,8 @@ that load at the same moment on one machine (tensor-parallel ranks, pipeline sta
 local Ray nodes) each see the same free memory: each may pass while together they do not fit.
 So a load records what it is still to allocate here, in a file per load under a directory
 every process of this user on the machine shares, from its check until its weights are in
-memory, lowering the figure as it allocates (what it has allocated, the free memory shows).
+memory, lowering the figure as it allocates (what it has allocated, the free memory shows:
+the KV cache once zero-filled; on a GPU, the weights as they are read).
 A check counts the others' figures as taken; where the load would not fit beside them, but
 would alone, it waits for them to finish and checks again.
 

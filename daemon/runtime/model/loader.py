@@ -202,12 +202,15 @@ def load_lean(
                 loaded = _load_param(reader, name, param, model)
                 state[name] = loaded.to(device=device, dtype=dtype)
                 done_bytes += param.numel() * param.element_size()
-                if done_bytes - told_bytes >= ALLOCATED_STEP_BYTES:
+                # on a CPU a tensor read may still be a view of the file's pages (the free
+                # memory does not show it yet): its room stays recorded until the load ends
+                if device.type != "cpu" and done_bytes - told_bytes >= ALLOCATED_STEP_BYTES:
                     allocated(device, done_bytes - told_bytes)
                     told_bytes = done_bytes
                 if progress is not None:
                     progress(done_bytes, total_bytes)
         model.load_state_dict(state, strict=True, assign=True)
+        del state  # the model holds them: packing frees what it repacks, not twice
         prepack_linears(model)
         model.pack_tied_head()
     model.enable_native_pass()
