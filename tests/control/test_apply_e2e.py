@@ -292,22 +292,7 @@ def test_a_model_that_fails_to_load_after_the_check_is_rolled_back(
     node = '[[nodes]]\nname = "spare-node"\nspecd = "local"\n\n[[models]]'
     config.write_text(changed.replace("[[models]]", node, 1))
     try:
-        applying = cli.start("apply", "--json", str(config))
-        watchdog = threading.Timer(APPLY_TIMEOUT_S, applying.kill)
-        watchdog.start()
-        steps: list[dict] = []
-        try:
-            assert applying.stdout is not None
-            for line in applying.stdout:
-                record = json.loads(line)
-                steps.append(record)
-                if record.get("name") == "check models" and record.get("state") == "done":
-                    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-            stderr = applying.stderr.read() if applying.stderr else ""
-            code = applying.wait(timeout=30)
-        finally:
-            watchdog.cancel()
-        said = "\n".join([*(json.dumps(r) for r in steps), stderr])
+        code, steps, said = _apply_cutting(cli, config, weights, ("check models", "done"))
         assert code == 1, said
         named = [(r.get("name"), r.get("state")) for r in steps]
         assert ("check models", "done") in named, said  # the check passed: the cut came after
@@ -335,9 +320,7 @@ def test_a_model_that_fails_to_load_after_the_check_is_rolled_back(
         assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
     finally:
         config.write_text(text)
-    done = cli.apply(config)  # the last good file again: it runs already
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "changed: nothing" in done.stdout, done.stdout + done.stderr
+    _runs_already(cli, config)  # the last good file again
 
 
 def test_a_failed_load_in_an_apply_that_restarted_the_head_is_rolled_back(
@@ -357,22 +340,7 @@ def test_a_failed_load_in_an_apply_that_restarted_the_head_is_rolled_back(
     (raylet,) = raylet_pids(cli.ray_root() / "verifier-node")  # the head
     os.kill(raylet, signal.SIGKILL)
     try:
-        applying = cli.start("apply", "--json", str(config))
-        watchdog = threading.Timer(APPLY_TIMEOUT_S, applying.kill)
-        watchdog.start()
-        steps: list[dict] = []
-        try:
-            assert applying.stdout is not None
-            for line in applying.stdout:
-                record = json.loads(line)
-                steps.append(record)
-                if record.get("name") == "verifier r0" and record.get("state") == "started":
-                    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-            stderr = applying.stderr.read() if applying.stderr else ""
-            code = applying.wait(timeout=30)
-        finally:
-            watchdog.cancel()
-        said = "\n".join([*(json.dumps(r) for r in steps), stderr])
+        code, steps, said = _apply_cutting(cli, config, weights, ("verifier r0", "started"))
         assert code == 1, said
         named = [(r.get("name"), r.get("state")) for r in steps]
         assert ("verifier r0", "failed") in named, said
@@ -387,9 +355,36 @@ def test_a_failed_load_in_an_apply_that_restarted_the_head_is_rolled_back(
         assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
     finally:
         config.write_text(text)
-    done = cli.apply(config)  # the last good file again: it runs already
+    _runs_already(cli, config)  # the last good file again
+
+
+def _runs_already(cli: Cli, config: Path) -> None:
+    done = cli.apply(config)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "changed: nothing" in done.stdout, done.stdout + done.stderr
+
+
+def _apply_cutting(
+    cli: Cli, config: Path, weights: Path, at: tuple[str, str]
+) -> tuple[int, list[dict], str]:
+    """`apply --json` of `config`, `weights` cut in half (a sync still writing them) as the
+    step `at` (name, state) is said: its exit code, its JSON records, and all it said."""
+    applying = cli.start("apply", "--json", str(config))
+    watchdog = threading.Timer(APPLY_TIMEOUT_S, applying.kill)
+    watchdog.start()
+    steps: list[dict] = []
+    try:
+        assert applying.stdout is not None
+        for line in applying.stdout:
+            record = json.loads(line)
+            steps.append(record)
+            if (record.get("name"), record.get("state")) == at:
+                weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        stderr = applying.stderr.read() if applying.stderr else ""
+        code = applying.wait(timeout=30)
+    finally:
+        watchdog.cancel()
+    return code, steps, "\n".join([*(json.dumps(r) for r in steps), stderr])
 
 
 def _drafted(cli: Cli) -> float:
