@@ -19,6 +19,9 @@ still what is applied: a `specctl down`, or an apply of another file, since its 
 redirects the watch instead of being undone. The watch ends when asked (SIGINT, SIGTERM: an
 apply under way finishes first; a second SIGINT interrupts it) or when nothing is applied any
 more. Every wait is bounded: a look by the status timeouts, a repair by apply's own.
+
+One watch per home: it holds the home from before its first apply to its end, and its record
+(pid, interval, repairs) is what `specctl status` and the TUI show (watch_record.py).
 """
 
 import contextlib

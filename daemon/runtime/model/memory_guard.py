@@ -7,9 +7,10 @@ another one on the node, with nothing said. The planner sizes shards from what e
 reported when it planned, but a node's memory can be taken since (another shard, another user,
 two local Ray nodes on one machine, each counting all of it): this is the check at the moment
 it matters, of the weights and the KV cache together. It keeps HEADROOM of the memory free:
-Ray's memory monitor kills workers once a node is 95% full. Shards loading at the same moment
-on one machine each see the same free memory: inside `loading()`, what a check found room for
-is recorded for the others until the load ends (load_ledger.py).
+Ray's memory monitor kills workers once a node is 95% full, and a shard still grows after its
+load (each pass's activations and logits), so 5% alone would leave it at that edge. Shards
+loading at the same moment on one machine each see the same free memory: inside `loading()`,
+what a check found room for is recorded for the others until the load ends (load_ledger.py).
 """
 
 import contextlib
@@ -26,7 +27,7 @@ from daemon.runtime.model.load_ledger import WAIT_S, LoadLedger, Pending
 
 logger = logging.getLogger(__name__)
 GIB = float(1 << 30)
-HEADROOM = 0.05  # of the device's memory, kept free
+HEADROOM = 0.08  # of the device's memory, kept free
 
 
 @dataclass(frozen=True, slots=True)
