@@ -7,6 +7,7 @@ the others claim far more than any machine has, so the free memory's moves do no
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,11 +118,12 @@ def test_past_its_wait_a_load_is_refused_naming_the_others_and_a_killed_one_hold
     holder = _hold(holders, ledger_dir, HUGE)
     began = time.monotonic()
     with pytest.raises(ModelLoadError) as error:
-        require_room(GIB, CPU, "the weights", "lower it", wait_s=0.6)
-    assert time.monotonic() - began >= 0.6
+        require_room(GIB, CPU, "the weights", "lower it", wait_s=1.2)
+    assert time.monotonic() - began >= 1.2
     said = str(error.value)
     assert said.startswith("the weights needs 1.00 GiB and this node's memory")
     assert f"still to be taken by loads under way on this machine (pid {holder.pid}: " in said
+    assert re.search(r" GiB, waited for 1 s\): lower it$", said), said
     assert said.endswith(": lower it")
     holder.send_signal(signal.SIGKILL)  # killed mid-load: nobody holds its record any more
     holder.wait(timeout=30)

@@ -255,7 +255,7 @@ def test_in_a_cgroup_limited_below_the_machine() -> None:
     assert "needs 0.50 GiB and this node's memory (its cgroup's limit: 0.39 GiB) has 0." in cache
     assert cache.endswith("GiB kept free: lower max_batch_size or max_model_len"), cache
     assert model is not None, "a model of 0.28 GiB of weights was let load"
-    assert model.startswith("the weights (0.28 GiB) and the KV cache (1 slots x 64 positions")
+    assert model.startswith("the weights (0.28 GiB) with the KV cache (1 slots x 64 positions")
     assert model.endswith("or spread the model over more nodes"), model
 
 

@@ -41,7 +41,7 @@ class KVCache:
         )
         advice = "lower max_batch_size or max_model_len"
         if weights_bytes:
-            what = f"the weights ({weights_bytes / GIB:.2f} GiB) and {what[:-1]}: "
+            what = f"the weights ({weights_bytes / GIB:.2f} GiB) with {what[:-1]}: "
             what += f"{kv_bytes / GIB:.2f} GiB)"
             advice += ", or spread the model over more nodes"
         require_room(kv_bytes + weights_bytes, torch.device(device), what, advice)

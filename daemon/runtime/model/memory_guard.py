@@ -15,6 +15,7 @@ what a check found room for is recorded for the others until the load ends (load
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -118,6 +119,7 @@ def require_room(
 
     ledger = _load.get()
     claimer = ledger or LoadLedger()
+    began = time.monotonic()
     try:
         left, others = claimer.claim(device_key(device), needed_bytes, what, usable, wait_s)
         if ledger is None:
@@ -130,18 +132,21 @@ def require_room(
         raise ModelLoadError(
             f"{what} needs {needed_bytes / GIB:.2f} GiB and {room.where} has "
             f"{room.free_bytes / GIB:.2f} GiB free, less {HEADROOM:.0%} of its "
-            f"{room.total_bytes / GIB:.2f} GiB kept free{_taken(others)}: {advice}"
+            f"{room.total_bytes / GIB:.2f} GiB kept free"
+            f"{_taken(others, time.monotonic() - began)}: {advice}"
         )
 
 
-def _taken(others: list[Pending]) -> str:
-    """The loads under way that a refusal counted, for its message."""
+def _taken(others: list[Pending], waited_s: float) -> str:
+    """The loads under way that a refusal counted, and how long it waited for them, for its
+    message."""
     if not others:
         return ""
     total = sum(o.nbytes for o in others)
     named = "; ".join(f"pid {o.pid}: {o.nbytes / GIB:.2f} GiB" for o in others[:3])
     more = f"; {len(others) - 3} more" if len(others) > 3 else ""
+    waited = f", waited for {waited_s:.0f} s" if waited_s >= 1 else ""
     return (
         f", and {total / GIB:.2f} GiB of it still to be taken by loads under way on this "
-        f"machine ({named}{more})"
+        f"machine ({named}{more}{waited})"
     )
