@@ -100,22 +100,12 @@ class ConfigSession:
         # checked outside the lock the UI's edits take: a model kept on its nodes alone is read
         # through their specds, and the UI froze while a node was slow to answer
         snapshot = self.snapshot()
-        unchecked = None
-        try:
-            load_config_text(snapshot.text, snapshot.path, str(snapshot.path))
-        except ConfigError as error:
-            if not error.unreachable:
-                raise
-            unchecked = str(error)
+        unchecked = _unchecked(
+            lambda: load_config_text(snapshot.text, snapshot.path, str(snapshot.path))
+        )
         with self.lock:
             if self.revision != snapshot.revision:  # edited meanwhile: checked again
-                try:
-                    self.document.validate()
-                    unchecked = None
-                except ConfigError as error:
-                    if not error.unreachable:
-                        raise
-                    unchecked = str(error)
+                unchecked = _unchecked(self.document.validate)
             old_dir, new_dir = self.path.parent, self.save_path.parent
             rebase_relative_paths(self.document, old_dir, new_dir)
             try:
@@ -125,6 +115,18 @@ class ConfigSession:
                 raise
             self.saved_text = self.document.text()
             return self.save_path, unchecked
+
+
+def _unchecked(check: Callable[[], object]) -> str | None:
+    """What `check` could not check because a model's nodes did not answer (None: it all
+    passed); ConfigError where the file is wrong."""
+    try:
+        check()
+    except ConfigError as error:
+        if not error.unreachable:
+            raise
+        return str(error)
+    return None
 
 
 def _path_fields(document: ConfigDocument) -> list[Loc]:

@@ -81,7 +81,7 @@ class LoadLedger:
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory or ledger_dir()
-        self._own: dict[str, tuple[Path, IO[str]]] = {}  # each held under an flock
+        self._own: dict[str, _OwnRecord] = {}  # each held under an flock
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -95,7 +95,7 @@ class LoadLedger:
 
     def _others(self, device: str) -> list[Pending]:
         """Under the lock: other loads under way on `device`; dead ones' records go."""
-        mine = {path for path, _ in self._own.values()}
+        mine = {own.path for own in self._own.values()}
         found: list[Pending] = []
         for path in self.directory.glob("*.json"):
             if path in mine:
@@ -152,39 +152,50 @@ class LoadLedger:
         shows them): its record says that much less is still to come."""
         if device not in self._own:
             return
+        own = self._own[device]
+        own.nbytes = max(0, own.nbytes - nbytes)
         with self._locked():
-            self._write(device, -nbytes, "")
+            own.write()
 
     def _record(self, device: str, nbytes: int, what: str) -> None:
         """Under the lock."""
-        if device not in self._own:
+        own = self._own.get(device)
+        if own is None:
             path = self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
             handle = open(path, "w")  # noqa: SIM115 (held open, and locked, until release)
             fcntl.flock(handle, fcntl.LOCK_EX)  # before any reader can look: under the lock
-            self._own[device] = (path, handle)
-        self._write(device, nbytes, what)
-
-    def _write(self, device: str, add_bytes: int, what: str) -> None:
-        """Under the lock: the record's figure changed by `add_bytes` (in place: the flock is
-        on this file; readers read under the directory's lock, never half a write)."""
-        path, handle = self._own[device]
-        record = {"pid": os.getpid(), "device": device, "bytes": 0, "what": what}
-        with contextlib.suppress(OSError, ValueError):
-            record = json.loads(path.read_text()) or record
-        record["bytes"] = max(0, int(record["bytes"]) + add_bytes)
-        record["what"] = record["what"] or what
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps(record))
-        handle.flush()
+            own = self._own[device] = _OwnRecord(path, handle, device, 0, what)
+        own.nbytes += nbytes
+        own.write()
 
     def release(self) -> None:
         """This process's loads are done (or failed): their memory is in use now, or free."""
         try:
             with self._locked():
-                for path, _ in self._own.values():
-                    path.unlink(missing_ok=True)
+                for own in self._own.values():
+                    own.path.unlink(missing_ok=True)
         finally:
-            for _, handle in self._own.values():
-                handle.close()  # the flock goes with it: a record left behind reads as dead
+            for own in self._own.values():
+                own.handle.close()  # the flock goes with it: a record left behind reads dead
             self._own.clear()
+
+
+@dataclass(slots=True)
+class _OwnRecord:
+    """One of this process's records: its file, held open under an flock, and its figure."""
+
+    path: Path
+    handle: IO[str]
+    device: str
+    nbytes: int  # still to allocate
+    what: str
+
+    def write(self) -> None:
+        """Under the directory's lock, in place (the flock is on this file; readers read
+        under the directory's lock, never half a write)."""
+        record = {"pid": os.getpid(), "device": self.device, "bytes": self.nbytes,
+                  "what": self.what}  # fmt: skip
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(json.dumps(record))
+        self.handle.flush()
