@@ -48,7 +48,8 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "triton", tr
 } >"$out/env.log" 2>&1
 cat "$out/env.log"
 
-step cuda-tests 180 "$py" -m pytest -q -rfE -p no:cacheprovider --timeout 120 \
+# -o addopts=: one process (the suite's own options ask for pytest-xdist workers)
+step cuda-tests 180 "$py" -m pytest -q -rfE -p no:cacheprovider -o addopts= --timeout 120 \
   tests/sampling/test_rejection_kernel_cuda.py tests/sampling/test_gumbel_cuda.py \
   tests/sampling/test_rejection_cases.py -k "cuda or static_pass" \
   tests/model/test_static_pass.py tests/engine/test_cuda_engine.py \

@@ -24,8 +24,9 @@ def run_interpreted_child(files: list[str], select: str) -> None:
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", KERNEL_CHILD_ENV: "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", select,
-         "-W", "ignore::RuntimeWarning", *files],
+        # -o addopts=: one process, not the suite's workers
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+         "-k", select, "-W", "ignore::RuntimeWarning", *files],
         env=env,
         capture_output=True,
         text=True,

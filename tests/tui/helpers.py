@@ -12,6 +12,7 @@ from textual.pilot import Pilot
 from daemon.cluster_token import generate_token, write_token
 from db import DeploymentRow, GpuSample, MetricSample, RequestRecord, Store, WriteBatch
 from specctl.home import SpecctlHome
+from tests.tui.terminal import shows
 from tui.app import SpecctlApp
 from tui.core.settings import TuiSettings
 
@@ -106,11 +107,11 @@ async def wait_for_text(pilot: Pilot, *needles: str, timeout_s: float = WAIT_S) 
     deadline = time.monotonic() + timeout_s
     while True:
         text = screen_text(pilot.app)
-        if all(needle in text for needle in needles):
+        if all(shows(text, needle) for needle in needles):
             return text
         _fail_if_crashed(pilot.app, text)
         if time.monotonic() > deadline:
-            missing = [n for n in needles if n not in text]
+            missing = [n for n in needles if not shows(text, n)]
             raise AssertionError(f"never shown: {missing}\n--- screen ---\n{text}")
         await pilot.pause(0.05)
 

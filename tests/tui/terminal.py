@@ -8,6 +8,12 @@ import uuid
 from pathlib import Path
 
 
+def shows(text: str, needle: str) -> bool:
+    """Whether a screen's text shows `needle`, wherever the terminal wrapped it: a message
+    naming a path wraps at another word when the path is longer (a parallel run's temp dirs)."""
+    return needle in text or " ".join(needle.split()) in " ".join(text.split())
+
+
 class TmuxTerminal:
     def __init__(
         self, command: list[str], cwd: Path, env: dict[str, str], size: tuple[int, int] = (120, 40)
@@ -41,10 +47,10 @@ class TmuxTerminal:
         deadline = time.monotonic() + timeout_s
         while True:
             text = self.screen()
-            if all(needle in text for needle in needles):
+            if all(shows(text, needle) for needle in needles):
                 return text
             if time.monotonic() > deadline:
-                missing = [n for n in needles if n not in text]
+                missing = [n for n in needles if not shows(text, n)]
                 raise AssertionError(f"never on screen: {missing}\n--- screen ---\n{text}")
             time.sleep(0.2)
 

@@ -97,7 +97,7 @@ async def test_a_deployment_that_fails_to_load_is_said_and_taken_down(
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("4", "a")
         text = await wait_for_text(pilot, "Apply failed:", timeout_s=APPLY_WAIT_S)
-        assert "ray nodes" in text and "✗ stopped" in text  # the step it stopped in
+        assert "ray nodes" in text and "✗ stopped" in text, text  # the step it stopped in
         await pilot.press("d")
         await wait_for_text(pilot, "Down", "nothing deployed", timeout_s=APPLY_WAIT_S)
     # apply records the nodes it started before the shards load, so down stops them all
