@@ -25,9 +25,10 @@ One watch per home: it holds the home from before its first apply to its end, an
 """
 
 import contextlib
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from specctl.apply.apply import AppliedSince
@@ -104,6 +105,27 @@ def watch(
         _repaired(home, record, "repaired")
         events.step(STEP, "done", f"repaired (next look in {wait_s:g} s)")
     events.step(STEP, "done", "stopped watching; the deployment keeps running")
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event SIGINT and SIGTERM set (a second SIGINT raises KeyboardInterrupt: an apply
+    under way is interrupted), the process's handlers put back at the end."""
+    stop = threading.Event()
+
+    def asked_to_stop(signum: int, _frame: object) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        # set from a thread of its own: the handler runs in the main thread, which may hold
+        # the event's lock inside its wait, and set() would wait for it for ever
+        threading.Thread(target=stop.set, name="watch-stop").start()
+
+    previous = {s: signal.signal(s, asked_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
 
 
 def _repaired(home: SpecctlHome, record: WatchRecord, outcome: str) -> None:

@@ -7,10 +7,8 @@ message and a non-zero exit.
 
 import contextlib
 import json
-import signal
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -38,6 +36,7 @@ def run_apply(
     seconds, until SIGINT or SIGTERM (specctl/apply/watch.py). Those signals let an apply
     under way finish, the first one too (a second SIGINT interrupts it)."""
     from specctl.apply.apply import ApplyOptions, apply_deployment
+    from specctl.apply.watch import stop_on_signals
     from specctl.commands.apply_view import ConsoleEvents, JsonEvents
     from specctl.config.errors import ConfigError
 
@@ -61,7 +60,7 @@ def run_apply(
                 return _failed(str(exc), as_json, EXIT_WATCHED, out=out)
             except OSError as exc:  # the home not writable, say
                 return _failed(f"cannot record the watch: {exc}", as_json, EXIT_FAILED, out=out)
-            stop = held.enter_context(_stop_on_signals())
+            stop = held.enter_context(stop_on_signals())
         try:
             with events:
                 result = apply_deployment(config_file, home, events, options)
@@ -75,27 +74,6 @@ def run_apply(
         if stop is not None and record is not None:
             return _watch(home, events, options, record, stop, as_json, out)
     return 0
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> "Iterator[threading.Event]":
-    """An event SIGINT and SIGTERM set (a second SIGINT raises KeyboardInterrupt: an apply
-    under way is interrupted), the process's handlers put back at the end."""
-    stop = threading.Event()
-
-    def asked_to_stop(signum: int, _frame: object) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        # set from a thread of its own: the handler runs in the main thread, which may hold
-        # the event's lock inside its wait, and set() would wait for it for ever
-        threading.Thread(target=stop.set, name="watch-stop").start()
-
-    previous = {s: signal.signal(s, asked_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)  # type: ignore[arg-type]
 
 
 def _watch(

@@ -164,7 +164,7 @@ def test_specctl_in_a_real_terminal_launches_and_the_dashboard_moves(
         terminal.wait_for("Endpoint ready", timeout_s=APPLY_WAIT_S)
         assert (tmp_path / "cluster.toml").is_file()  # saved beside us, not over the example
         terminal.press("5")
-        before = terminal.wait_for("local-demo", "running")
+        before = terminal.wait_for("Tokens/s", "local-demo running")  # the Dashboard
         endpoint = f"http://127.0.0.1:{port}/v1"
         with SteadyLoad(endpoint) as load:
             after = wait_for_the_dashboard_to_move(terminal, before, load)

@@ -1,19 +1,28 @@
-"""Pilot tests of the Launch screen driving the real `apply` and `down` (in their child
-process): steps shown as they happen, failures said plainly, nothing left running."""
+"""Pilot tests of the Launch screen driving the real `apply`, `apply --watch` and `down` (in
+their child process): steps shown as they happen, failures said plainly, a watch that outlives
+the TUI, nothing left running."""
 
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from specctl.apply.watch_record import live_watch
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalNodeSpec
 from specctl.home import SpecctlHome
 from tests.specd.specd_process import free_port
-from tests.tui.helpers import LOCAL_TOML, make_app, wait_for_text
-from tui.core.launch import take_down_home
+from tests.tui.helpers import LOCAL_TOML, REPO, make_app, screen_text, wait_for_text, wait_until
+from tui.core.launch import (
+    WATCH_INTERVAL_S,
+    WATCH_LOG_NAME,
+    stop_watch,
+    take_down_home,
+)
 from tui.core.status import read_deployment_status
 
 pytestmark = pytest.mark.anyio
@@ -40,8 +49,10 @@ class IgnoreEvents:
 
 
 def stop_everything(root: Path) -> None:
-    """Let an apply still running end, take down what it recorded (the real `down`), then stop
-    local Ray nodes a failed apply left unrecorded."""
+    """Stop a watch, let an apply still running end, take down what it recorded (the real
+    `down`), then stop local Ray nodes a failed apply left unrecorded."""
+    stopped = stop_watch(SpecctlHome(root), wait_s=APPLY_WAIT_S)
+    assert stopped.is_ok, stopped.message
     deadline = time.monotonic() + APPLY_WAIT_S
     while launch_children(root) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -151,3 +162,73 @@ async def test_quitting_during_apply_returns_at_once_and_apply_goes_on(
     while launch_children(home) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not launch_children(home)  # it ran to its end, events to a closed pipe and all
+
+
+async def test_a_watch_started_here_outlives_the_tui_and_is_stopped_from_it(
+    tmp_path: Path, home: Path
+) -> None:
+    """w applies the file with each step shown, then leaves a watch keeping it running: the
+    TUI quits, the watch goes on (its steps in its log, not in a pipe nobody reads); a TUI
+    started again shows it, and w stops it, the deployment still serving."""
+    config = local_cluster_file(tmp_path)
+    specctl_home = SpecctlHome(home)
+    app = make_app(config, home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await wait_for_text(pilot, "nothing deployed", "w: apply, then keep it running")
+        await pilot.press("w")
+        text = await wait_for_text(
+            pilot, "Endpoint ready", "Kept running by a watch: pid", timeout_s=APPLY_WAIT_S
+        )
+        assert "ray nodes" in text and "✓ done" in text, text
+        await wait_for_text(pilot, "kept running by a watch: pid", "Stop watch")
+    watching = live_watch(specctl_home)
+    assert watching is not None and watching.interval_s == WATCH_INTERVAL_S
+    assert watching.config_path == str(config)
+    log = home / WATCH_LOG_NAME
+    deadline = time.monotonic() + 60
+    while f"watch started: looking every {WATCH_INTERVAL_S:g} s" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    assert live_watch(specctl_home) == watching, "the watch ended with the TUI"
+    assert read_deployment_status(specctl_home).is_server_healthy
+
+    app = make_app(config, home)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await wait_for_text(pilot, f"kept running by a watch: pid {watching.pid}", "Stop watch")
+        await pilot.press("w")
+        await wait_for_text(
+            pilot, f"The watch (pid {watching.pid}) stopped. The deployment keeps running."
+        )
+        await wait_until(
+            pilot, lambda: "kept running by a watch" not in screen_text(app), "the watch unshown"
+        )
+        assert "Stop watch" not in screen_text(app)
+    assert live_watch(specctl_home) is None
+    deadline = time.monotonic() + 30  # reaped by the first app's thread, in this process
+    while Path(f"/proc/{watching.pid}").exists():
+        assert time.monotonic() < deadline, f"the watch {watching.pid} still runs"
+        time.sleep(0.2)
+    assert "watch done: stopped watching; the deployment keeps running" in log.read_text()
+    status = read_deployment_status(specctl_home)
+    assert status.is_server_healthy and status.watch is None
+
+
+async def test_stopping_a_watch_where_none_runs_says_so(tmp_path: Path) -> None:
+    outcome = stop_watch(SpecctlHome(tmp_path / "home"))
+    assert outcome.is_ok and outcome.message == "No watch keeps this deployment running."
+
+
+def test_the_watch_child_refuses_a_wrong_interval(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tui.core.launch_child", "watch", str(LOCAL_TOML), "0.1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"SPECCTL_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "usage: apply CLUSTER.toml | watch CLUSTER.toml SECONDS (>= 0.5) | down" in done.stdout
+    assert not (tmp_path / "home").exists() or live_watch(SpecctlHome(tmp_path / "home")) is None

@@ -12,6 +12,7 @@ import os
 import selectors
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from tui.core.session import ConfigSession
 
 CHILD_LOG_NAME = "tui-launch.log"  # the child's stderr, under $SPECCTL_HOME
+WATCH_LOG_NAME = "tui-watch.log"  # a watch's stderr and steps, appended (it outlives the TUI)
+WATCH_INTERVAL_S = 30.0  # how often a watch started here looks at the deployment
+WATCH_STOP_WAIT_S = 10.0  # a watch stops at once, or once the repair under way is done
 APPLY_TIMEOUT_S = 1800.0  # shard loading (900 s) + health (120 s) + cluster start, with room
 DOWN_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 1500
@@ -48,18 +52,78 @@ def apply_session(
     session: ConfigSession, home: SpecctlHome, events: LaunchEvents, stop: StopFollowing
 ) -> LaunchOutcome:
     """Save the file when it has unsaved changes (apply reads the file), then apply it."""
+    not_saved = _save_first(session, events, "apply")
+    if not_saved is not None:
+        return not_saved
+    return run_child("apply", [str(session.path)], home, events, APPLY_TIMEOUT_S, stop)
+
+
+def watch_session(
+    session: ConfigSession,
+    home: SpecctlHome,
+    events: LaunchEvents,
+    stop: StopFollowing,
+    interval_s: float = WATCH_INTERVAL_S,
+) -> LaunchOutcome:
+    """`specctl apply FILE --watch SECONDS` from the TUI: save, apply with each step shown,
+    then leave the watch running in a session of its own (it outlives the TUI; its later
+    steps go to WATCH_LOG_NAME)."""
+    not_saved = _save_first(session, events, "watch")
+    if not_saved is not None:
+        return not_saved
+    args = [str(session.path), f"{interval_s:g}"]
+    return run_child(
+        "watch", args, home, events, APPLY_TIMEOUT_S, stop, log_name=WATCH_LOG_NAME, outlives=True
+    )
+
+
+def stop_watch(home: SpecctlHome, wait_s: float = WATCH_STOP_WAIT_S) -> LaunchOutcome:
+    """SIGTERM to the home's watch (started here or anywhere else on this machine), then
+    wait for it to let the home go. The deployment keeps running either way."""
+    import signal
+
+    from specctl.apply.watch_record import live_watch
+
+    watching = live_watch(home)
+    if watching is None:
+        return LaunchOutcome("watch", True, "No watch keeps this deployment running.")
+    try:
+        os.kill(watching.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # it ended meanwhile
+    except OSError as error:  # another user's, say
+        return LaunchOutcome("watch", False, f"Cannot stop the watch (pid {watching.pid}): {error}")
+    deadline = time.monotonic() + wait_s
+    while live_watch(home) is not None:
+        if time.monotonic() >= deadline:
+            return LaunchOutcome(
+                "watch",
+                True,
+                f"The watch (pid {watching.pid}) was asked to stop: it stops once the repair "
+                "under way is done. The deployment keeps running.",
+            )
+        time.sleep(0.2)
+    return LaunchOutcome(
+        "watch", True, f"The watch (pid {watching.pid}) stopped. The deployment keeps running."
+    )
+
+
+def _save_first(session: ConfigSession, events: LaunchEvents, action: str) -> LaunchOutcome | None:
+    """Save the file where it has unsaved changes (apply reads the file); an outcome where it
+    could not be saved, None where the file is ready."""
     from specctl.config.errors import ConfigError
 
-    if session.is_dirty:
-        events.step("save", "started", str(session.save_path))
-        try:
-            path, unchecked_why = session.save_checked()
-        except (ConfigError, OSError) as error:
-            events.step("save", "failed", str(error).splitlines()[0])
-            return LaunchOutcome("apply", False, f"Not applied: the file was not saved.\n{error}")
-        unchecked = " (not all checked: a model's nodes did not answer)"
-        events.step("save", "done", str(path) + (unchecked if unchecked_why else ""))
-    return run_child("apply", [str(session.path)], home, events, APPLY_TIMEOUT_S, stop)
+    if not session.is_dirty:
+        return None
+    events.step("save", "started", str(session.save_path))
+    try:
+        path, unchecked_why = session.save_checked()
+    except (ConfigError, OSError) as error:
+        events.step("save", "failed", str(error).splitlines()[0])
+        return LaunchOutcome(action, False, f"Not applied: the file was not saved.\n{error}")
+    unchecked = " (not all checked: a model's nodes did not answer)"
+    events.step("save", "done", str(path) + (unchecked if unchecked_why else ""))
+    return None
 
 
 def take_down_home(home: SpecctlHome, events: LaunchEvents, stop: StopFollowing) -> LaunchOutcome:
@@ -73,10 +137,13 @@ def run_child(
     events: LaunchEvents,
     timeout_s: float,
     stop: StopFollowing,
+    log_name: str = CHILD_LOG_NAME,
+    outlives: bool = False,
 ) -> LaunchOutcome:
+    """`outlives`: the child goes on after a good outcome (a watch); it is not waited for."""
     home.ensure()
-    log_path = home.root / CHILD_LOG_NAME
-    with log_path.open("w") as log:
+    log_path = home.root / log_name
+    with log_path.open("a" if outlives else "w") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "tui.core.launch_child", action, *args],
             stdin=subprocess.DEVNULL,
@@ -97,6 +164,11 @@ def run_child(
         tail = log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:].strip()
         why = f"exited with status {child.returncode}" if child.returncode else "gave no outcome"
         return LaunchOutcome(action, False, f"{action} {why}; its log ({log_path}) ends:\n{tail}")
+    if outlives and outcome.is_ok:
+        child.stdout.close()  # (it closed its end: its later steps go to its log)
+        # reaped when it ends (stopped from here or elsewhere), while the TUI runs
+        threading.Thread(target=child.wait, name=f"{action}-reaper", daemon=True).start()
+        return outcome
     child.wait(timeout=30)
     return outcome
 

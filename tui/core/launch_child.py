@@ -2,17 +2,27 @@
 `specctl down` call, whose events it prints as JSON lines for the TUI to show.
 
     python -m tui.core.launch_child apply CLUSTER.toml
+    python -m tui.core.launch_child watch CLUSTER.toml SECONDS
     python -m tui.core.launch_child down
 
 Apply joins the Ray cluster as a driver and so imports ray and torch; running it here keeps
 the TUI's own process free of both. The event lines go to the stdout the process was started
 with; anything a library prints goes to stderr (the TUI keeps it in a log file). The last line
 is the outcome: {"kind": "outcome", "is_ok": ..., "message": ..., "endpoint": ...}.
+
+`watch` is `specctl apply FILE --watch SECONDS` for the TUI: the home held as its watch, the
+file applied, the outcome line; then the event stream is closed (the TUI stops reading there,
+and a pipe nobody reads would stop the watch once full) and the watch goes on, its steps
+written to stderr as plain lines, until SIGTERM or SIGINT, or `specctl down`. It outlives the
+TUI.
 """
 
+import contextlib
 import json
+import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -43,6 +53,30 @@ class JsonLineEvents:
     def outcome(self, is_ok: bool, message: str, endpoint: str | None = None) -> None:
         self.emit({"kind": "outcome", "is_ok": is_ok, "message": message, "endpoint": endpoint})
 
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._out.close()
+
+
+class LogLineEvents:
+    """An `ApplyEvents` writing a plain, timed line per step to `out` (a watch's log), and
+    only the end of each shard's load."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def _line(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._out.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+            self._out.flush()
+
+    def step(self, name: str, state: str, detail: str = "") -> None:
+        self._line(f"{name} {state}" + (f": {detail}" if detail else ""))
+
+    def loading(self, shard_id: str, node: str, loaded_bytes: int, total_bytes: int) -> None:
+        if loaded_bytes >= total_bytes:
+            self._line(f"{shard_id} on {node}: loaded {total_bytes / 2**20:.1f} MiB")
+
 
 def _why(error: BaseException) -> str:
     return str(error).strip() or type(error).__name__
@@ -58,6 +92,46 @@ def run_apply(config_path: Path, home: SpecctlHome, events: JsonLineEvents) -> N
         return
     changed = ", ".join(result.changed) if result.changed else "nothing (already as asked)"
     events.outcome(True, f"Endpoint ready: {result.endpoint}\nChanged: {changed}", result.endpoint)
+
+
+def run_watch(
+    config_path: Path, home: SpecctlHome, events: JsonLineEvents, interval_s: float
+) -> int:
+    from specctl.apply.apply import apply_deployment
+    from specctl.apply.watch import WatchError, stop_on_signals, watch
+    from specctl.apply.watch_record import WatchRunning, holding_watch
+
+    with contextlib.ExitStack() as held:
+        try:
+            record = held.enter_context(holding_watch(home, interval_s, str(config_path.resolve())))
+        except WatchRunning as error:
+            events.outcome(False, f"Not applied: {error}")
+            return 4
+        except OSError as error:  # the home not writable, say
+            events.outcome(False, f"Not applied: cannot record the watch: {error}")
+            return 1
+        stop = held.enter_context(stop_on_signals())  # SIGTERM lets the apply finish
+        try:
+            result = apply_deployment(config_path, home, events)
+        except Exception as error:  # every failure becomes the outcome line
+            events.outcome(False, f"Apply failed: {_why(error)}\nNo watch was started.")
+            return 1
+        changed = ", ".join(result.changed) if result.changed else "nothing (already as asked)"
+        kept = f"Kept running by a watch: pid {os.getpid()}, every {interval_s:g} s"
+        message = f"Endpoint ready: {result.endpoint}\nChanged: {changed}\n{kept}"
+        events.outcome(True, message, result.endpoint)
+        events.close()
+        print(f"{kept} ({config_path})", file=sys.stderr, flush=True)
+        logged = LogLineEvents(sys.stderr)
+
+        def repair(path: Path, text: str) -> object:
+            return apply_deployment(path, home, logged, as_applied=text)
+
+        try:
+            watch(home, logged, repair, interval_s, stop, record)
+        except WatchError:
+            return 1
+    return 0
 
 
 def run_down(home: SpecctlHome, events: JsonLineEvents) -> None:
@@ -81,12 +155,23 @@ def main(argv: list[str]) -> int:
     home = SpecctlHome.resolve()
     if argv[:1] == ["apply"] and len(argv) == 2:
         run_apply(Path(argv[1]), home, events)
+    elif argv[:1] == ["watch"] and len(argv) == 3 and _seconds(argv[2]) is not None:
+        return run_watch(Path(argv[1]), home, events, float(argv[2]))
     elif argv == ["down"]:
         run_down(home, events)
     else:
-        events.outcome(False, f"usage: apply CLUSTER.toml | down (got {argv})")
+        usage = "apply CLUSTER.toml | watch CLUSTER.toml SECONDS (>= 0.5) | down"
+        events.outcome(False, f"usage: {usage} (got {argv})")
         return 2
     return 0
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0.5 else None
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Launch: apply the cluster file (the same `apply_deployment` as `specctl apply`) with each
 step live (validate, plan, Ray nodes, every shard loading with a progress bar, the endpoint),
-and a plain message where a step fails; Down stops everything apply started. Apply and down
-run in a worker; their events reach this screen as messages."""
+and a plain message where a step fails; Watch applies it the same way, then leaves a watch
+keeping it running (`specctl apply --watch`), which outlives the TUI, and stops one that runs;
+Down stops everything apply started. Each runs in a worker; their events reach this screen as
+messages."""
 
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ class LaunchScreen(SpecctlScreen):
     MODE = "launch"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "apply", "Apply"),
+        Binding("w", "watch", "Watch"),
         Binding("d", "down", "Down"),
     ]
 
@@ -61,10 +64,12 @@ class LaunchScreen(SpecctlScreen):
     def __init__(self) -> None:
         super().__init__()
         self._step_rows: dict[str, int] = {}
+        self._watched = False  # a watch kept the deployment running at the last reading
 
     def compose_body(self) -> Iterable[Widget]:
         with Horizontal(id="launch-buttons"):
             yield Button("Apply", id="apply", compact=True, variant="success")
+            yield Button("Watch", id="watch", compact=True, variant="primary")
             yield Button("Down", id="down", compact=True, variant="error")
             yield Static(id="launch-state", classes="status-line", markup=False)
         yield Static(id="launch-file", markup=False)
@@ -89,7 +94,8 @@ class LaunchScreen(SpecctlScreen):
             text = f"a: apply {fmt.path(session.path)}"
             if session.is_dirty:
                 text += f" (modified: saved to {fmt.path(session.save_path)} first)"
-            text += " · d: take the deployment down · apply and down run on if you quit"
+            text += " · w: apply, then keep it running (a watch; w again stops it)"
+            text += " · d: take the deployment down · apply, watch and down run on if you quit"
         self.query_one("#launch-file", Static).update(text)
 
     def watch_is_busy(self, is_busy: bool) -> None:
@@ -107,6 +113,22 @@ class LaunchScreen(SpecctlScreen):
             return
         self._start("apply", f"Applying {session.path}…")
         self._apply()
+
+    @on(Button.Pressed, "#watch")
+    def action_watch(self) -> None:
+        """Start a watch, or stop the one keeping the deployment running."""
+        if self.is_busy:
+            return
+        if self._watched:
+            self._start("watch", "Stopping the watch…")
+            self._stop_watch()
+            return
+        session = self.specctl.session
+        if session is None:
+            self._finish_message(False, self.specctl.session_problem or "No cluster file open.")
+            return
+        self._start("watch", f"Applying {session.path}, then watching it…")
+        self._watch()
 
     @on(Button.Pressed, "#down")
     def action_down(self) -> None:
@@ -134,6 +156,23 @@ class LaunchScreen(SpecctlScreen):
         self.post_message(LaunchFinished(outcome))
 
     @work(thread=True, exclusive=True, group="launch")
+    def _watch(self) -> None:
+        from tui.core.launch import watch_session
+
+        session = self.specctl.session
+        assert session is not None
+        worker = get_current_worker()
+        home = self.specctl.settings.home
+        outcome = watch_session(session, home, ScreenEvents(self), lambda: worker.is_cancelled)
+        self.post_message(LaunchFinished(outcome))
+
+    @work(thread=True, exclusive=True, group="launch")
+    def _stop_watch(self) -> None:
+        from tui.core.launch import stop_watch
+
+        self.post_message(LaunchFinished(stop_watch(self.specctl.settings.home)))
+
+    @work(thread=True, exclusive=True, group="launch")
     def _down(self) -> None:
         from tui.core.launch import take_down_home
 
@@ -152,9 +191,20 @@ class LaunchScreen(SpecctlScreen):
     def _show_status_if_idle(self, status: DeploymentStatus) -> None:
         if self.is_busy:
             return
+        self._watched = status.watch is not None
+        try:
+            button = self.query_one("#watch", Button)
+        except NoMatches:  # the reading arrived after the screen was taken down (app exit)
+            return
+        label = "Stop watch" if self._watched else "Watch"
+        if str(button.label) != label:
+            button.label = label
+            button.refresh(layout=True)  # (its width follows its label)
         shards = Text()
         for actor, role, node in status.shards:
             shards.append(f"{role:<9} ", "bold").append(f"{node:<16} ").append(f"{actor}\n", "dim")
+        if status.watch:  # (the state line above shows one line: the deployment's)
+            shards.append("\nkept running by a watch: ", "bold").append(status.watch)
         try:
             self.query_one("#launch-state", Static).update(status.summary())
             self.query_one("#deployed-shards", Static).update(shards)
