@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
@@ -22,6 +23,7 @@ from typing import IO
 from specctl.home import SpecctlHome
 
 READER_GRACE_S = 2.0  # a `status` looking at the lock holds it this long at most
+STOP_WAIT_S = 10.0  # a watch stops at once, or once the apply under way is done
 
 
 class WatchRunning(Exception):
@@ -133,3 +135,82 @@ def holding_watch(home: SpecctlHome, interval_s: float, config_path: str) -> Ite
                 home.watch_file.unlink()  # ours: the lock is still held
     finally:
         handle.close()  # the lock goes with it
+
+
+@dataclass(frozen=True, slots=True)
+class WatchStop:
+    pid: int | None  # the watch asked to stop; None: none ran
+    stopped: bool  # it let the home go within the wait (or none ran)
+    message: str
+
+
+def stop_watch(home: SpecctlHome, wait_s: float = STOP_WAIT_S) -> WatchStop:
+    """SIGTERM to the home's watch (one in a terminal, its service, the TUI's), then wait up
+    to `wait_s` for it to let the home go: an apply under way finishes first. The pid is
+    checked first to be the process holding the watch: a record left by a killed watch can
+    name a pid now another process's."""
+    watching = live_watch(home)
+    if watching is None:
+        return WatchStop(None, True, "no watch keeps this deployment running")
+    pid = watching.pid
+    not_it = _not_the_watch(home, pid)
+    if not_it:
+        return WatchStop(pid, False, not_it)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # it ended meanwhile
+    except OSError as exc:  # another user's
+        return WatchStop(
+            pid,
+            False,
+            f"cannot stop the watch (pid {pid}): {exc.strerror}; stop it where it runs (its "
+            "terminal, or `systemctl --user stop specctl-watch`)",
+        )
+    deadline = time.monotonic() + wait_s
+    while (now := live_watch(home)) is not None and now.pid == pid:
+        if time.monotonic() >= deadline:
+            return WatchStop(
+                pid,
+                False,
+                f"the watch (pid {pid}) was asked to stop: it stops once the apply "
+                "under way is done",
+            )
+        time.sleep(0.2)
+    return WatchStop(pid, True, f"the watch (pid {pid}) stopped")
+
+
+def _not_the_watch(home: SpecctlHome, pid: int) -> str:
+    """Why `pid` is not the process holding the home's watch ("" where it is, or where that
+    cannot be told): its command line names no watch, or /proc/locks names other holders."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""  # gone (the wait says so), or no /proc to read
+    as_cli = any(a == b"--watch" or a.startswith(b"--watch=") for a in argv)
+    is_watch = as_cli or (b"tui.core.launch_child" in argv and b"watch" in argv)
+    holders = _flock_holders(_lock_path(home))
+    if is_watch and (not holders or pid in holders):
+        return ""
+    return (
+        f"the watch record names pid {pid}, which is not the watch holding this home (a record "
+        f"left by a watch that was killed?): nothing was stopped; {home.watch_file}"
+    )
+
+
+def _flock_holders(path: Path) -> set[int]:
+    """Pids /proc/locks shows holding an flock on `path` (empty where none shows: another PID
+    namespace's holder, a file system whose device it names otherwise, no /proc)."""
+    try:
+        st = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return set()
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    holders = set()
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 14802 fe:00:2244995 0 EOF" (waiters: "->")
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == device:
+            with contextlib.suppress(ValueError):
+                holders.add(int(parts[4]))
+    return holders

@@ -1,5 +1,6 @@
 """Running the real `specctl` CLI against a private `$SPECCTL_HOME`, for the apply tests."""
 
+import functools
 import json
 import os
 import subprocess
@@ -153,7 +154,13 @@ def greedy_ids(client: Any, prompts: list[str]) -> list[list[int]]:
 
 
 def target_only_ids(prompts: list[str]) -> list[list[int]]:
-    """`specctl generate` of the demo target alone on `prompts`, as token ids."""
+    """`specctl generate` of the demo target alone on `prompts`, as token ids (run once per
+    set of prompts in this process: greedy decoding of one model gives the same ids)."""
+    return [list(ids) for ids in _target_only_ids(tuple(prompts))]
+
+
+@functools.cache
+def _target_only_ids(prompts: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
     args = ["--target", str(DEMO_TARGET), "--max-tokens", str(MAX_TOKENS), "--ignore-eos"]
     args += ["--dtype", "float32", "--json", *[a for p in prompts for a in ("--prompt", p)]]
     done = subprocess.run(
@@ -165,7 +172,7 @@ def target_only_ids(prompts: list[str]) -> list[list[int]]:
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr
-    return [json.loads(line)["token_ids"] for line in done.stdout.splitlines()]
+    return tuple(tuple(json.loads(line)["token_ids"]) for line in done.stdout.splitlines())
 
 
 def openai_client(cli: Cli) -> Any:

@@ -2,6 +2,7 @@
 (at the same moment too), a watch that died (killed, however) reads as none, and a damaged
 record is none rather than a crash of `status`. The other watch is a real process."""
 
+import contextlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specctl.apply import watch_record
-from specctl.apply.watch_record import WatchRunning, holding_watch, live_watch
+from specctl.apply.watch_record import WatchRunning, holding_watch, live_watch, stop_watch
 from specctl.home import SpecctlHome
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,11 +33,11 @@ with holding_watch(SpecctlHome(Path(sys.argv[1])), 10.0, "/a/cluster.toml") as r
 """
 
 
-@pytest.fixture
-def other_watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[str]]:
-    monkeypatch.setattr(watch_record, "READER_GRACE_S", 0.2)  # a refusal waits this long
+@contextlib.contextmanager
+def watch_process(home: Path, *argv: str) -> Iterator[subprocess.Popen[str]]:
+    """WATCH in a process of its own, `argv` after the home on its command line."""
     process = subprocess.Popen(
-        [sys.executable, "-c", WATCH, str(tmp_path)],
+        [sys.executable, "-c", WATCH, str(home), *argv],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
@@ -48,6 +49,13 @@ def other_watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sub
     finally:
         process.kill()
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def other_watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[str]]:
+    monkeypatch.setattr(watch_record, "READER_GRACE_S", 0.2)  # a refusal waits this long
+    with watch_process(tmp_path) as process:
+        yield process
 
 
 def test_this_watch_is_seen_while_it_holds_the_home(tmp_path: Path) -> None:
@@ -112,3 +120,39 @@ def test_a_status_looking_at_the_lock_does_not_refuse_a_watch_starting(tmp_path:
     threading.Timer(0.3, reader.close).start()
     with holding_watch(home, 5.0, "x") as record:
         assert live_watch(home) == record
+
+
+def test_stop_watch_ends_the_watch_and_waits_for_the_home_to_be_let_go(tmp_path: Path) -> None:
+    home = SpecctlHome(tmp_path)
+    assert stop_watch(home) == watch_record.WatchStop(
+        None, True, "no watch keeps this deployment running"
+    )
+    with watch_process(tmp_path, "--watch", "10") as process:  # as `apply --watch 10` runs
+        stopped = stop_watch(home, wait_s=30)
+        assert stopped == watch_record.WatchStop(
+            process.pid, True, f"the watch (pid {process.pid}) stopped"
+        )
+        assert process.wait(timeout=30) == -15  # SIGTERM
+        assert live_watch(home) is None
+
+
+def test_stop_watch_signals_no_process_but_the_one_holding_the_watch(tmp_path: Path) -> None:
+    """A record naming a pid that is not the watch holding the home (left by a watch that
+    was killed, its pid now another process's) stops nothing: a process that is no watch,
+    and a watch of another home, are both left alone."""
+    home = SpecctlHome(tmp_path)
+    other_home = tmp_path / "other"
+    other_home.mkdir()
+    with (
+        watch_process(tmp_path) as holder,  # holds the home; its command line says no watch
+        watch_process(other_home, "--watch", "5") as other,  # a watch, of another home
+    ):
+        record = json.loads(home.watch_file.read_text())
+        for pid in (holder.pid, other.pid):
+            home.watch_file.write_text(json.dumps({**record, "pid": pid}))
+            said = stop_watch(home, wait_s=1)
+            assert not said.stopped and said.pid == pid
+            assert f"the watch record names pid {pid}, which is not the watch holding" in (
+                said.message
+            )
+        assert holder.poll() is None and other.poll() is None

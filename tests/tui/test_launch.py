@@ -190,7 +190,8 @@ async def test_a_watch_started_here_outlives_the_tui_and_is_stopped_from_it(
     while f"watch started: looking every {WATCH_INTERVAL_S:g} s" not in log.read_text():
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.2)
-    assert live_watch(specctl_home) == watching, "the watch ended with the TUI"
+    still = live_watch(specctl_home)
+    assert still is not None and still.pid == watching.pid, "the watch ended with the TUI"
     assert read_deployment_status(specctl_home).is_server_healthy
 
     app = make_app(config, home)
@@ -205,14 +206,29 @@ async def test_a_watch_started_here_outlives_the_tui_and_is_stopped_from_it(
             pilot, lambda: "kept running by a watch" not in screen_text(app), "the watch unshown"
         )
         assert "Stop watch" not in screen_text(app)
+        assert live_watch(specctl_home) is None
+        deadline = time.monotonic() + 30  # reaped by the first app's thread, in this process
+        while Path(f"/proc/{watching.pid}").exists():
+            assert time.monotonic() < deadline, f"the watch {watching.pid} still runs"
+            time.sleep(0.2)
+        assert "watch done: stopped watching; the deployment keeps running" in log.read_text()
+        status = read_deployment_status(specctl_home)
+        assert status.is_server_healthy and status.watch is None
+
+        # a watch again (nothing to change), then down: the watch is stopped first
+        await pilot.press("w")
+        await wait_for_text(pilot, "Kept running by a watch: pid", timeout_s=APPLY_WAIT_S)
+        second = live_watch(specctl_home)
+        assert second is not None and second.pid != watching.pid
+        await wait_for_text(pilot, "Stop watch")
+        await pilot.press("d")
+        text = await wait_for_text(
+            pilot, "Everything apply started is stopped", timeout_s=APPLY_WAIT_S
+        )
+        assert f"the watch (pid {second.pid}) stopped" in text, text
     assert live_watch(specctl_home) is None
-    deadline = time.monotonic() + 30  # reaped by the first app's thread, in this process
-    while Path(f"/proc/{watching.pid}").exists():
-        assert time.monotonic() < deadline, f"the watch {watching.pid} still runs"
-        time.sleep(0.2)
-    assert "watch done: stopped watching; the deployment keeps running" in log.read_text()
-    status = read_deployment_status(specctl_home)
-    assert status.is_server_healthy and status.watch is None
+    assert read_deployment_status(specctl_home).deployment is None
+    assert ray_processes(specctl_home) == []
 
 
 async def test_stopping_a_watch_where_none_runs_says_so(tmp_path: Path) -> None:
@@ -231,4 +247,4 @@ def test_the_watch_child_refuses_a_wrong_interval(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "usage: apply CLUSTER.toml | watch CLUSTER.toml SECONDS (>= 0.5) | down" in done.stdout
-    assert not (tmp_path / "home").exists() or live_watch(SpecctlHome(tmp_path / "home")) is None
+    assert not (tmp_path / "home").exists()  # nothing held, nothing written

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 CHILD_LOG_NAME = "tui-launch.log"  # the child's stderr, under $SPECCTL_HOME
 WATCH_LOG_NAME = "tui-watch.log"  # a watch's stderr and steps, appended (it outlives the TUI)
 WATCH_INTERVAL_S = 30.0  # how often a watch started here looks at the deployment
-WATCH_STOP_WAIT_S = 10.0  # a watch stops at once, or once the repair under way is done
+WATCH_STOP_WAIT_S = 10.0  # a watch stops at once, or once the apply under way is done
 APPLY_TIMEOUT_S = 1800.0  # shard loading (900 s) + health (120 s) + cluster start, with room
 DOWN_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 1500
@@ -39,7 +40,7 @@ class LaunchEvents(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LaunchOutcome:
-    action: str  # "apply" or "down"
+    action: str  # "apply", "watch" or "down"
     is_ok: bool
     message: str  # the endpoint, what was left over, or what went wrong
     endpoint: str | None = None
@@ -78,34 +79,15 @@ def watch_session(
 
 
 def stop_watch(home: SpecctlHome, wait_s: float = WATCH_STOP_WAIT_S) -> LaunchOutcome:
-    """SIGTERM to the home's watch (started here or anywhere else on this machine), then
-    wait for it to let the home go. The deployment keeps running either way."""
-    import signal
+    """Stop the home's watch (started here, in a terminal or by its service); the deployment
+    keeps running. Not ok where it would not stop within `wait_s`, or cannot be stopped."""
+    from specctl.apply.watch_record import stop_watch as stop_home_watch
 
-    from specctl.apply.watch_record import live_watch
-
-    watching = live_watch(home)
-    if watching is None:
-        return LaunchOutcome("watch", True, "No watch keeps this deployment running.")
-    try:
-        os.kill(watching.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass  # it ended meanwhile
-    except OSError as error:  # another user's, say
-        return LaunchOutcome("watch", False, f"Cannot stop the watch (pid {watching.pid}): {error}")
-    deadline = time.monotonic() + wait_s
-    while live_watch(home) is not None:
-        if time.monotonic() >= deadline:
-            return LaunchOutcome(
-                "watch",
-                True,
-                f"The watch (pid {watching.pid}) was asked to stop: it stops once the repair "
-                "under way is done. The deployment keeps running.",
-            )
-        time.sleep(0.2)
-    return LaunchOutcome(
-        "watch", True, f"The watch (pid {watching.pid}) stopped. The deployment keeps running."
-    )
+    stopping = stop_home_watch(home, wait_s)
+    message = stopping.message[0].upper() + stopping.message[1:] + "."
+    if stopping.pid is not None and stopping.stopped:
+        message += " The deployment keeps running."
+    return LaunchOutcome("watch", stopping.stopped, message)
 
 
 def _save_first(session: ConfigSession, events: LaunchEvents, action: str) -> LaunchOutcome | None:
@@ -127,6 +109,12 @@ def _save_first(session: ConfigSession, events: LaunchEvents, action: str) -> La
 
 
 def take_down_home(home: SpecctlHome, events: LaunchEvents, stop: StopFollowing) -> LaunchOutcome:
+    """The watch first (it would keep a deployment applied after this down), then down."""
+    from specctl.apply.watch_record import stop_watch as stop_home_watch
+
+    stopping = stop_home_watch(home, WATCH_STOP_WAIT_S)
+    if stopping.pid is not None:
+        events.step("watch", "done" if stopping.stopped else "failed", stopping.message)
     return run_child("down", [], home, events, DOWN_TIMEOUT_S, stop)
 
 
@@ -144,6 +132,10 @@ def run_child(
     home.ensure()
     log_path = home.root / log_name
     with log_path.open("a" if outlives else "w") as log:
+        if outlives:  # appended to: what this start logs is read from here on
+            log.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} {action} {' '.join(args)}\n")
+            log.flush()
+        log_start = log.tell()
         child = subprocess.Popen(
             [sys.executable, "-m", "tui.core.launch_child", action, *args],
             stdin=subprocess.DEVNULL,
@@ -156,21 +148,49 @@ def run_child(
     assert child.stdout is not None
     outcome = _follow(action, child, events, time.monotonic() + timeout_s, stop)
     if outcome is None and stop():
+        # nobody reads its events any more: a write to a closed pipe is ignored, one to a
+        # full pipe would stop it
+        child.stdout.close()
+        _reap_in_background(child, action)
         return LaunchOutcome(action, False, f"{action} goes on in process {child.pid}")
     if outcome is None:
         if child.poll() is None:
             child.kill()
-        child.wait(timeout=30)
-        tail = log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:].strip()
+        _wait_or_kill(child)
+        tail = _tail(log_path, log_start)
         why = f"exited with status {child.returncode}" if child.returncode else "gave no outcome"
         return LaunchOutcome(action, False, f"{action} {why}; its log ({log_path}) ends:\n{tail}")
-    if outlives and outcome.is_ok:
-        child.stdout.close()  # (it closed its end: its later steps go to its log)
-        # reaped when it ends (stopped from here or elsewhere), while the TUI runs
-        threading.Thread(target=child.wait, name=f"{action}-reaper", daemon=True).start()
+    child.stdout.close()
+    if outlives and outcome.is_ok:  # (it closed its end: its later steps go to its log)
+        _reap_in_background(child, action)
         return outcome
-    child.wait(timeout=30)
+    _wait_or_kill(child)
     return outcome
+
+
+def _reap_in_background(child: subprocess.Popen[str], action: str) -> None:
+    """Reaped when it ends (stopped from here or elsewhere), while the TUI runs."""
+    threading.Thread(target=child.wait, name=f"{action}-reaper", daemon=True).start()
+
+
+def _wait_or_kill(child: subprocess.Popen[str]) -> None:
+    """It said its outcome, so it ends: wait for that, and kill it where it hangs."""
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(timeout=30)
+
+
+def _tail(log_path: Path, start: int) -> str:
+    """The end of what this run wrote to its log, from offset `start`."""
+    try:
+        with log_path.open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(start, size - LOG_TAIL_CHARS))
+            return log.read().decode(errors="replace").strip()
+    except OSError as error:
+        return f"(unreadable: {error})"
 
 
 def _follow(

@@ -65,17 +65,32 @@ class LogLineEvents:
     def __init__(self, out: TextIO) -> None:
         self._out = out
 
-    def _line(self, text: str) -> None:
+    def line(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):
             self._out.write(f"{time.strftime('%H:%M:%S')} {text}\n")
             self._out.flush()
 
     def step(self, name: str, state: str, detail: str = "") -> None:
-        self._line(f"{name} {state}" + (f": {detail}" if detail else ""))
+        self.line(f"{name} {state}" + (f": {detail}" if detail else ""))
 
     def loading(self, shard_id: str, node: str, loaded_bytes: int, total_bytes: int) -> None:
         if loaded_bytes >= total_bytes:
-            self._line(f"{shard_id} on {node}: loaded {total_bytes / 2**20:.1f} MiB")
+            self.line(f"{shard_id} on {node}: loaded {total_bytes / 2**20:.1f} MiB")
+
+
+class BothEvents:
+    """Each event to the TUI's stream and to the log."""
+
+    def __init__(self, stream: JsonLineEvents, log: LogLineEvents) -> None:
+        self._both = (stream, log)
+
+    def step(self, name: str, state: str, detail: str = "") -> None:
+        for events in self._both:
+            events.step(name, state, detail)
+
+    def loading(self, shard_id: str, node: str, loaded_bytes: int, total_bytes: int) -> None:
+        for events in self._both:
+            events.loading(shard_id, node, loaded_bytes, total_bytes)
 
 
 def _why(error: BaseException) -> str:
@@ -111,18 +126,23 @@ def run_watch(
             events.outcome(False, f"Not applied: cannot record the watch: {error}")
             return 1
         stop = held.enter_context(stop_on_signals())  # SIGTERM lets the apply finish
+        logged = LogLineEvents(sys.stderr)  # the log keeps it all: the TUI may have quit
         try:
-            result = apply_deployment(config_path, home, events)
+            result = apply_deployment(config_path, home, BothEvents(events, logged))
         except Exception as error:  # every failure becomes the outcome line
-            events.outcome(False, f"Apply failed: {_why(error)}\nNo watch was started.")
+            failed = f"Apply failed: {_why(error)}\nNo watch was started."
+            logged.line(failed)
+            events.outcome(False, failed)
             return 1
         changed = ", ".join(result.changed) if result.changed else "nothing (already as asked)"
-        kept = f"Kept running by a watch: pid {os.getpid()}, every {interval_s:g} s"
+        if stop.is_set():  # asked to stop during the first apply
+            kept = "The watch was stopped during its first apply; the deployment keeps running"
+        else:
+            kept = f"Kept running by a watch: pid {os.getpid()}, every {interval_s:g} s"
         message = f"Endpoint ready: {result.endpoint}\nChanged: {changed}\n{kept}"
+        logged.line(message.replace("\n", "; "))
         events.outcome(True, message, result.endpoint)
         events.close()
-        print(f"{kept} ({config_path})", file=sys.stderr, flush=True)
-        logged = LogLineEvents(sys.stderr)
 
         def repair(path: Path, text: str) -> object:
             return apply_deployment(path, home, logged, as_applied=text)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tui.core.status import DeploymentStatus
 
 STEP_COLUMNS = ("Step", "State", "Detail")
+STATUS_EVERY_S = 5.0
 STATE_MARKS = {
     "started": Text("… running", "yellow"),
     "done": Text("✓ done", "green"),
@@ -64,7 +65,6 @@ class LaunchScreen(SpecctlScreen):
     def __init__(self) -> None:
         super().__init__()
         self._step_rows: dict[str, int] = {}
-        self._watched = False  # a watch kept the deployment running at the last reading
 
     def compose_body(self) -> Iterable[Widget]:
         with Horizontal(id="launch-buttons"):
@@ -84,6 +84,11 @@ class LaunchScreen(SpecctlScreen):
     def on_mount(self) -> None:
         self.query_one("#step-table", DataTable).add_columns(*STEP_COLUMNS)
         self.query_one("#launch-state", Static).update("Reading what is deployed…")
+        self.show_current_status()
+        # what changes elsewhere (a watch started or stopped, a down in a terminal) shows too
+        self.set_interval(STATUS_EVERY_S, self.show_current_status)
+
+    def on_screen_resume(self) -> None:
         self.show_current_status()
 
     def session_changed(self, revision: int) -> None:
@@ -119,7 +124,9 @@ class LaunchScreen(SpecctlScreen):
         """Start a watch, or stop the one keeping the deployment running."""
         if self.is_busy:
             return
-        if self._watched:
+        from specctl.apply.watch_record import live_watch
+
+        if live_watch(self.specctl.settings.home) is not None:  # (a flock tried, a file read)
             self._start("watch", "Stopping the watch…")
             self._stop_watch()
             return
@@ -191,12 +198,11 @@ class LaunchScreen(SpecctlScreen):
     def _show_status_if_idle(self, status: DeploymentStatus) -> None:
         if self.is_busy:
             return
-        self._watched = status.watch is not None
         try:
             button = self.query_one("#watch", Button)
         except NoMatches:  # the reading arrived after the screen was taken down (app exit)
             return
-        label = "Stop watch" if self._watched else "Watch"
+        label = "Stop watch" if status.watch is not None else "Watch"
         if str(button.label) != label:
             button.label = label
             button.refresh(layout=True)  # (its width follows its label)
