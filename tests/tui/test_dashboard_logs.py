@@ -23,6 +23,7 @@ from tests.tui.helpers import (
     wait_for_text,
     wait_until,
 )
+from tui.core.launch import WATCH_LOG_NAME
 
 pytestmark = pytest.mark.anyio
 HOLDER = Path(__file__).with_name("store_holder.py")
@@ -134,6 +135,25 @@ async def test_the_server_log_is_followed_live(tmp_path: Path) -> None:
         await wait_for_text(pilot, "INFO request cmpl-1 done", "2 line(s)")
         await pilot.press("c")
         await wait_until(pilot, lambda: "cmpl-1" not in screen_text(app), "cleared")
+
+
+async def test_the_log_of_a_watch_started_here_is_a_source_once_it_exists(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    app = make_app(LOCAL_TOML, home, logs_refresh_s=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("6")
+        await wait_for_text(pilot, "server.log: no log yet")
+        assert "tui-watch.log" not in screen_text(app)
+        (home / WATCH_LOG_NAME).write_text("09:00:01 watch started: looking every 30 s\n")
+        await wait_for_text(pilot, "tui-watch.log")
+        await pilot.click("#log-sources", offset=(2, 1))  # the second source
+        await wait_for_text(
+            pilot, "09:00:01 watch started: looking every 30 s", "tui-watch.log: 1 line(s)"
+        )
+        with (home / WATCH_LOG_NAME).open("a") as log:
+            log.write("09:00:41 watch done: repaired (next look in 60 s)\n")
+        await wait_for_text(pilot, "watch done: repaired", "tui-watch.log: 2 line(s)")
 
 
 async def test_a_specd_log_and_a_refused_one(

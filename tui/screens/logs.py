@@ -1,6 +1,7 @@
-"""Logs: the serving process's log (server.log under $SPECCTL_HOME) and each specd node's log
-(GET /v1/logs), followed live by a worker once a second. Pick a source on the left; what a
-source cannot give (no log yet, node unreachable, token refused) is said above the log."""
+"""Logs: the serving process's log (server.log under $SPECCTL_HOME), the log of a watch the
+TUI started (tui-watch.log, once there is one) and each specd node's log (GET /v1/logs),
+followed live by a worker once a second. Pick a source on the left; what a source cannot give
+(no log yet, node unreachable, token refused) is said above the log."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
     from tui.core.logs import FileFollower, SpecdLogFollower
     from tui.core.session import ConfigSnapshot
 
-SERVER = "server"
+# the local logs' keys: not node names (a node may be called "server")
+SERVER = "<server>"
+WATCH = "<watch>"
 MAX_LINES_KEPT = 5000
 
 
@@ -78,10 +81,14 @@ class LogsScreen(SpecctlScreen):
     @work(thread=True, group="logs")
     def _follow(self) -> None:
         """Read every source's new lines; after a new snapshot, first follow its nodes' specd."""
+        from tui.core.launch import WATCH_LOG_NAME
         from tui.core.logs import FileFollower, SpecdLogFollower
 
+        home = self.specctl.settings.home
         if SERVER not in self._followers:
-            self._followers[SERVER] = FileFollower(self.specctl.settings.home.server_log)
+            self._followers[SERVER] = FileFollower(home.server_log)
+        if WATCH not in self._followers and (home.root / WATCH_LOG_NAME).exists():
+            self._followers[WATCH] = FileFollower(home.root / WATCH_LOG_NAME)
         snapshot = self._snapshot
         if snapshot is not self._followed:
             self._followed = snapshot
@@ -124,7 +131,7 @@ class LogsScreen(SpecctlScreen):
     def _add_source(self, source: str) -> None:
         self._sources.append(source)
         self._lines[source] = deque(maxlen=MAX_LINES_KEPT)
-        item = ListItem(Label(f"{source} (specd)"), name=source)
+        item = ListItem(Label(_label(source)), name=source)
         self.query_one("#log-sources", ListView).append(item)
 
     @on(ListView.Highlighted, "#log-sources")
@@ -139,7 +146,9 @@ class LogsScreen(SpecctlScreen):
 
     def _show_status(self) -> None:
         problem = self._problems.get(self._shown)
-        name = "server.log" if self._shown == SERVER else f"{self._shown}'s specd log"
+        name = {SERVER: "server.log", WATCH: "tui-watch.log"}.get(
+            self._shown, f"{self._shown}'s specd log"
+        )
         count = len(self._lines.get(self._shown, ()))
         text = problem or f"{name}: {count} line(s), following"
         line = self.query_one("#log-status", Static)
@@ -153,3 +162,7 @@ class LogsScreen(SpecctlScreen):
 
     def action_end(self) -> None:
         self.query_one("#log-view", Log).scroll_end(animate=False)
+
+
+def _label(source: str) -> str:
+    return "tui-watch.log" if source == WATCH else f"{source} (specd)"
