@@ -146,18 +146,32 @@ class WatchStop:
 
 def stop_watch(home: SpecctlHome, wait_s: float = STOP_WAIT_S) -> WatchStop:
     """SIGTERM to the home's watch (one in a terminal, its service, the TUI's), then wait up
-    to `wait_s` for it to let the home go: an apply under way finishes first. The pid is
-    checked first to be the process holding the watch: a record left by a killed watch can
-    name a pid now another process's."""
-    watching = live_watch(home)
+    to `wait_s` for it to let the home go: an apply under way finishes first. The process is
+    checked first to be a watch with the home's watch lock open (a record left by a killed
+    watch can name a pid now another process's), and signalled through a pidfd taken before
+    that check (a pid reused in between is not signalled)."""
+    watching = _watch_holding(home)
     if watching is None:
+        if _lock_held(home):
+            return WatchStop(
+                None,
+                False,
+                f"a watch holds this home, but its record {home.watch_file} "
+                "cannot be read: stop it where it runs (its terminal, or its service)",
+            )
         return WatchStop(None, True, "no watch keeps this deployment running")
     pid = watching.pid
-    not_it = _not_the_watch(home, pid)
-    if not_it:
-        return WatchStop(pid, False, not_it)
     try:
-        os.kill(pid, signal.SIGTERM)
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return _wait_for_the_home(home, pid, wait_s)  # it ended meanwhile
+    except OSError as exc:
+        return WatchStop(pid, False, f"cannot stop the watch (pid {pid}): {exc.strerror}")
+    try:
+        not_it = _not_the_watch(home, pid)
+        if not_it:
+            return WatchStop(pid, False, not_it)
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
     except ProcessLookupError:
         pass  # it ended meanwhile
     except OSError as exc:  # another user's
@@ -167,8 +181,27 @@ def stop_watch(home: SpecctlHome, wait_s: float = STOP_WAIT_S) -> WatchStop:
             f"cannot stop the watch (pid {pid}): {exc.strerror}; stop it where it runs (its "
             "terminal, or `systemctl --user stop specctl-watch`)",
         )
+    finally:
+        os.close(pidfd)
+    return _wait_for_the_home(home, pid, wait_s)
+
+
+def _watch_holding(home: SpecctlHome) -> WatchRecord | None:
+    """live_watch, given a moment where the lock is held but the record not written yet (a
+    watch starting: it takes the lock, then writes its record)."""
+    deadline = time.monotonic() + READER_GRACE_S
+    while (watching := live_watch(home)) is None and _lock_held(home):
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+    return watching
+
+
+def _wait_for_the_home(home: SpecctlHome, pid: int, wait_s: float) -> WatchStop:
+    """Until the watch lock is free (the process ended, or is about to: the lock goes with
+    its last descriptor), or another watch holds it."""
     deadline = time.monotonic() + wait_s
-    while (now := live_watch(home)) is not None and now.pid == pid:
+    while _lock_held(home) and ((now := live_watch(home)) is None or now.pid == pid):
         if time.monotonic() >= deadline:
             return WatchStop(
                 pid,
@@ -180,17 +213,37 @@ def stop_watch(home: SpecctlHome, wait_s: float = STOP_WAIT_S) -> WatchStop:
     return WatchStop(pid, True, f"the watch (pid {pid}) stopped")
 
 
+def _lock_held(home: SpecctlHome) -> bool:
+    """Whether a watch holds the home's watch lock (readers' shared holds do not count)."""
+    try:
+        with open(_lock_path(home)) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+    except OSError:
+        return False
+
+
 def _not_the_watch(home: SpecctlHome, pid: int) -> str:
-    """Why `pid` is not the process holding the home's watch ("" where it is, or where that
-    cannot be told): its command line names no watch, or /proc/locks names other holders."""
+    """Why `pid` is not the watch holding the home ("" where it is): its command line names
+    no watch, it has not the home's watch lock open, or /proc/locks (where it shows the lock)
+    names another holder."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return ""  # gone (the wait says so), or no /proc to read
+        lock = os.stat(_lock_path(home))
+        has_lock_open = any(
+            (st := _stat_or_none(fd)) is not None
+            and (st.st_dev, st.st_ino) == (lock.st_dev, lock.st_ino)
+            for fd in Path(f"/proc/{pid}/fd").iterdir()
+        )
+    except OSError as exc:
+        return f"cannot tell whether pid {pid} is the watch holding this home: {exc}"
     as_cli = any(a == b"--watch" or a.startswith(b"--watch=") for a in argv)
     is_watch = as_cli or (b"tui.core.launch_child" in argv and b"watch" in argv)
     holders = _flock_holders(_lock_path(home))
-    if is_watch and (not holders or pid in holders):
+    if is_watch and has_lock_open and (not holders or pid in holders):
         return ""
     return (
         f"the watch record names pid {pid}, which is not the watch holding this home (a record "
@@ -198,9 +251,16 @@ def _not_the_watch(home: SpecctlHome, pid: int) -> str:
     )
 
 
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)  # (a descriptor's link: the file it has open)
+    except OSError:
+        return None
+
+
 def _flock_holders(path: Path) -> set[int]:
     """Pids /proc/locks shows holding an flock on `path` (empty where none shows: another PID
-    namespace's holder, a file system whose device it names otherwise, no /proc)."""
+    namespace's holder, a file system whose device it names otherwise (btrfs), no /proc)."""
     try:
         st = os.stat(path)
         lines = Path("/proc/locks").read_text().splitlines()

@@ -104,6 +104,10 @@ def test_a_damaged_record_of_a_live_watch_is_no_crash(
         unreadable = r"\(its record unreadable\): stop it first \(stop"
         with pytest.raises(WatchRunning, match=unreadable), holding_watch(home, 5.0, "x"):
             pass
+        said = stop_watch(home, wait_s=1)  # nobody to signal: said, not guessed
+        assert not said.stopped and said.pid is None
+        assert "a watch holds this home, but its record " in said.message
+    assert other_watch.poll() is None
 
 
 def test_a_status_looking_at_the_lock_does_not_refuse_a_watch_starting(tmp_path: Path) -> None:

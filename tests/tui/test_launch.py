@@ -15,6 +15,7 @@ from specctl.apply.watch_record import live_watch
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalNodeSpec
 from specctl.home import SpecctlHome
+from tests.control.test_watch_record import watch_process
 from tests.specd.specd_process import free_port
 from tests.tui.helpers import LOCAL_TOML, REPO, make_app, screen_text, wait_for_text, wait_until
 from tui.core.launch import (
@@ -229,6 +230,28 @@ async def test_a_watch_started_here_outlives_the_tui_and_is_stopped_from_it(
     assert live_watch(specctl_home) is None
     assert read_deployment_status(specctl_home).deployment is None
     assert ray_processes(specctl_home) == []
+
+
+async def test_a_watch_in_its_first_apply_is_shown_and_stopped_with_nothing_applied(
+    tmp_path: Path,
+) -> None:
+    """A watch (a real process holding the home as `apply --watch` does) while nothing is
+    applied yet: Launch shows it, and w stops it rather than starting another."""
+    home = tmp_path / "home"
+    with watch_process(home, "--watch", "10") as watching:
+        app = make_app(LOCAL_TOML, home)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("4")
+            await wait_for_text(
+                pilot, "nothing deployed", f"kept running by a watch: pid {watching.pid}"
+            )
+            await wait_for_text(pilot, "Stop watch")
+            await pilot.press("w")
+            await wait_for_text(pilot, f"The watch (pid {watching.pid}) stopped.")
+            assert watching.wait(timeout=30) == -15
+            await wait_until(
+                pilot, lambda: "Stop watch" not in screen_text(app), "the watch unshown"
+            )
 
 
 async def test_stopping_a_watch_where_none_runs_says_so(tmp_path: Path) -> None:

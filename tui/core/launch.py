@@ -7,6 +7,7 @@ what went wrong. The child runs in a session of its own: quitting the TUI stops 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -113,7 +114,7 @@ def take_down_home(home: SpecctlHome, events: LaunchEvents, stop: StopFollowing)
     from specctl.apply.watch_record import stop_watch as stop_home_watch
 
     stopping = stop_home_watch(home, WATCH_STOP_WAIT_S)
-    if stopping.pid is not None:
+    if stopping.pid is not None or not stopping.stopped:
         events.step("watch", "done" if stopping.stopped else "failed", stopping.message)
     return run_child("down", [], home, events, DOWN_TIMEOUT_S, stop)
 
@@ -179,7 +180,8 @@ def _wait_or_kill(child: subprocess.Popen[str]) -> None:
         child.wait(timeout=30)
     except subprocess.TimeoutExpired:
         child.kill()
-        child.wait(timeout=30)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # (stuck in the kernel)
+            child.wait(timeout=30)
 
 
 def _tail(log_path: Path, start: int) -> str:

@@ -37,10 +37,10 @@ class DeploymentStatus:
 
     def summary(self) -> str:
         if self.problem:
-            return self.problem
-        if self.deployment is None:
-            return "nothing deployed"
-        if not self.is_server_alive:
+            said = self.problem
+        elif self.deployment is None:
+            said = "nothing deployed"
+        elif not self.is_server_alive:
             said = f"{self.deployment}: applied, but its serving process is not running"
         else:
             health = "answering" if self.is_server_healthy else "not answering /health"
@@ -72,17 +72,20 @@ def _is_healthy(url: str) -> bool:
 
 
 def read_deployment_status(home: SpecctlHome) -> DeploymentStatus:
+    # the watch in every case: one in its first apply runs while nothing is applied yet
+    watch = watching.describe() if (watching := live_watch(home)) else None
     try:
         state = AppliedState.load(home.state_file)
     except StateError as error:
-        return DeploymentStatus(problem=str(error))
+        return DeploymentStatus(problem=str(error), watch=watch)
     try:
         record = ServerRecord.load(home.server_file)
     except ServerRecordError as error:  # raised in a worker thread, it ended the whole app
-        return DeploymentStatus(problem=str(error))
+        return DeploymentStatus(problem=str(error), watch=watch)
     is_alive = record is not None and record.is_alive()
     if state is None:
-        return DeploymentStatus(server_pid=record.pid if record else None, is_server_alive=is_alive)
+        pid = record.pid if record else None
+        return DeploymentStatus(server_pid=pid, is_server_alive=is_alive, watch=watch)
     local_ray: dict[str, RayState] = {}
     if state.local_root:
         root, token = Path(state.local_root), Path(state.token_file)
@@ -97,5 +100,5 @@ def read_deployment_status(home: SpecctlHome) -> DeploymentStatus:
         is_server_healthy=is_alive and url is not None and _is_healthy(url),
         shards=tuple((s.actor, s.role, s.node) for s in state.shards),
         local_ray=local_ray,
-        watch=watching.describe() if (watching := live_watch(home)) else None,
+        watch=watch,
     )

@@ -16,6 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Label, Static
 from textual.worker import get_current_worker
@@ -65,6 +66,8 @@ class LaunchScreen(SpecctlScreen):
     def __init__(self) -> None:
         super().__init__()
         self._step_rows: dict[str, int] = {}
+        self._watched = False  # a watch kept the deployment running at the last reading
+        self._timer: Timer | None = None
 
     def compose_body(self) -> Iterable[Widget]:
         with Horizontal(id="launch-buttons"):
@@ -86,9 +89,15 @@ class LaunchScreen(SpecctlScreen):
         self.query_one("#launch-state", Static).update("Reading what is deployed…")
         self.show_current_status()
         # what changes elsewhere (a watch started or stopped, a down in a terminal) shows too
-        self.set_interval(STATUS_EVERY_S, self.show_current_status)
+        self._timer = self.set_interval(STATUS_EVERY_S, self.show_current_status)
+
+    def on_screen_suspend(self) -> None:
+        if self._timer is not None:
+            self._timer.pause()
 
     def on_screen_resume(self) -> None:
+        if self._timer is not None:
+            self._timer.resume()
         self.show_current_status()
 
     def session_changed(self, revision: int) -> None:
@@ -124,9 +133,7 @@ class LaunchScreen(SpecctlScreen):
         """Start a watch, or stop the one keeping the deployment running."""
         if self.is_busy:
             return
-        from specctl.apply.watch_record import live_watch
-
-        if live_watch(self.specctl.settings.home) is not None:  # (a flock tried, a file read)
+        if self._watched:  # as shown: a watch gone since is said, one started since refuses
             self._start("watch", "Stopping the watch…")
             self._stop_watch()
             return
@@ -193,7 +200,8 @@ class LaunchScreen(SpecctlScreen):
         from tui.core.status import read_deployment_status
 
         status = read_deployment_status(self.specctl.settings.home)
-        self.app.call_from_thread(self._show_status_if_idle, status)
+        if not get_current_worker().is_cancelled:  # a newer reading was asked for since
+            self.app.call_from_thread(self._show_status_if_idle, status)
 
     def _show_status_if_idle(self, status: DeploymentStatus) -> None:
         if self.is_busy:
@@ -202,7 +210,8 @@ class LaunchScreen(SpecctlScreen):
             button = self.query_one("#watch", Button)
         except NoMatches:  # the reading arrived after the screen was taken down (app exit)
             return
-        label = "Stop watch" if status.watch is not None else "Watch"
+        self._watched = status.watch is not None
+        label = "Stop watch" if self._watched else "Watch"
         if str(button.label) != label:
             button.label = label
             button.refresh(layout=True)  # (its width follows its label)
