@@ -82,12 +82,16 @@ class StatusReport:
 
 
 def read_status(home: SpecctlHome) -> StatusReport:
+    # the watch in every case: one in its first apply runs while nothing is applied yet
+    watching = live_watch(home)
+    watch = None if watching is None else asdict(watching)
     try:
         state = AppliedState.load(home.state_file)
     except StateError as exc:
-        return StatusReport(problems=[str(exc)])
+        return StatusReport(problems=[str(exc)], watch=watch)
     if state is None:
-        return StatusReport(problems=["nothing applied (run `specctl apply CLUSTER.toml`)"])
+        nothing = "nothing applied (run `specctl apply CLUSTER.toml`)"
+        return StatusReport(problems=[nothing], watch=watch)
     report = StatusReport(
         deployment=state.deployment,
         config_path=state.config_path,
@@ -107,8 +111,7 @@ def read_status(home: SpecctlHome) -> StatusReport:
         report.server_pid, report.is_server_alive = record.pid, True
         _ask_server(report, record.url)
     report.live = _live(state, report.problems)
-    watching = live_watch(home)
-    report.watch = None if watching is None else asdict(watching)
+    report.watch = watch
     return report
 
 

@@ -174,6 +174,8 @@ def _print_status(report: StatusReport) -> None:
         console.print(f"watch      {watching}", highlight=False)
         console.print(_shard_table(report))
         console.print(_live_line(report))
+    elif report.watch:  # one in its first apply
+        console.print(f"watch      {WatchRecord(**report.watch).describe()}", highlight=False)
     for problem in report.problems:
         console.print(f"[yellow]![/] {problem}", highlight=False)
 

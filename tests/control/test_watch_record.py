@@ -160,3 +160,20 @@ def test_stop_watch_signals_no_process_but_the_one_holding_the_watch(tmp_path: P
                 said.message
             )
         assert holder.poll() is None and other.poll() is None
+
+
+def test_status_shows_a_watch_in_its_first_apply(tmp_path: Path) -> None:
+    """Nothing is applied yet, and a watch holds the home (its first apply under way):
+    `specctl status` says both."""
+    with watch_process(tmp_path, "--watch", "10") as watching:
+        env = {**os.environ, "SPECCTL_HOME": str(tmp_path), "COLUMNS": "200"}
+        command = [sys.executable, "-m", "specctl.cli", "status"]
+        shown = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+        as_json = subprocess.run(
+            [*command, "--json"], capture_output=True, text=True, timeout=60, env=env
+        )
+    assert shown.returncode == 1, shown.stderr
+    assert f"watch      pid {watching.pid}, every 10 s since " in shown.stdout, shown.stdout
+    assert "nothing applied" in shown.stdout
+    report = json.loads(as_json.stdout)
+    assert report["watch"]["pid"] == watching.pid and report["deployment"] is None
