@@ -61,14 +61,16 @@ def watch(
     interval_s: float,
     stop: threading.Event,
     record: WatchRecord,
+    how_to_stop: str = "Ctrl+C stops watching",
 ) -> None:
     """Look every `interval_s` until `stop` is set or nothing is applied; repair with
     `repair` (apply_deployment of the applied text) what stays broken. `record`: the home's
-    watch record (watch_record.holding_watch), its repairs kept there."""
+    watch record (watch_record.holding_watch), its repairs kept there. `how_to_stop`: said
+    as it starts."""
     if stop.is_set():  # asked during the first apply: it is done, and nothing more
         events.step(STEP, "done", "stopped before watching; the deployment keeps running")
         return
-    events.step(STEP, "started", f"looking every {interval_s:g} s (Ctrl+C stops watching)")
+    events.step(STEP, "started", f"looking every {interval_s:g} s ({how_to_stop})")
     looks, since, wait_s, told_edited = 0, 0.0, interval_s, False
     while not stop.wait(wait_s):
         try:

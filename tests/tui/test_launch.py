@@ -191,6 +191,7 @@ async def test_a_watch_started_here_outlives_the_tui_and_is_stopped_from_it(
     while f"watch started: looking every {WATCH_INTERVAL_S:g} s" not in log.read_text():
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.2)
+    assert f"(w on the TUI's Launch screen, or kill {watching.pid}, stops it)" in log.read_text()
     still = live_watch(specctl_home)
     assert still is not None and still.pid == watching.pid, "the watch ended with the TUI"
     assert read_deployment_status(specctl_home).is_server_healthy

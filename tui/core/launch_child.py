@@ -148,7 +148,8 @@ def run_watch(
             return apply_deployment(path, home, logged, as_applied=text)
 
         try:
-            watch(home, logged, repair, interval_s, stop, record)
+            stopping = f"w on the TUI's Launch screen, or kill {os.getpid()}, stops it"
+            watch(home, logged, repair, interval_s, stop, record, stopping)
         except WatchError:
             return 1
     return 0
