@@ -1,5 +1,6 @@
 """What every screen has: the mode bar on top, the footer with its keys below, a way to hear
-that the cluster file changed, and background readings that never pile up."""
+that the cluster file changed, background readings that never pile up, and a refresh that
+runs while the screen shows."""
 
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, cast
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, cast
 from textual import on
 from textual.app import ComposeResult
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
@@ -26,6 +28,8 @@ class SpecctlScreen(Screen[None]):
         super().__init__()
         self._readers: dict[str, Worker] = {}  # the reading of each kind last started
         self._pending: dict[str, Callable[[], Worker]] = {}  # the newest request while it runs
+        self._refresh_timer: Timer | None = None
+        self._refresh: Callable[[], object] | None = None
 
     @property
     def specctl(self) -> "SpecctlApp":
@@ -44,6 +48,20 @@ class SpecctlScreen(Screen[None]):
 
     def session_changed(self, revision: int) -> None:
         """The cluster file was loaded, edited or saved (revision 0: not loaded yet)."""
+
+    def refresh_every(self, seconds: float, refresh: Callable[[], object]) -> None:
+        """Call `refresh` every `seconds` while this screen shows, and as it shows again."""
+        self._refresh = refresh
+        self._refresh_timer = self.set_interval(seconds, refresh)
+
+    def on_screen_suspend(self) -> None:
+        if self._refresh_timer is not None:
+            self._refresh_timer.pause()
+
+    def on_screen_resume(self) -> None:
+        if self._refresh_timer is not None and self._refresh is not None:
+            self._refresh_timer.resume()
+            self._refresh()
 
     def read_in_background(self, key: str, start: Callable[[], Worker]) -> None:
         """Start a reading unless one of this kind runs; else start the newest request made

@@ -13,7 +13,6 @@ from rich.text import Text
 from textual import on, work
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
-from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import DataTable, Label, Static
 from textual.worker import get_current_worker
@@ -90,7 +89,6 @@ class DashboardScreen(SpecctlScreen):
     def __init__(self) -> None:
         super().__init__()
         self._reader: DashboardReader | None = None
-        self._timer: Timer | None = None
         self._shown_requests: tuple[tuple[int | None, str], ...] | None = None
 
     def compose_body(self) -> Iterable[Widget]:
@@ -110,19 +108,8 @@ class DashboardScreen(SpecctlScreen):
         table = self.query_one("#request-table", DataTable)
         for label, width in REQUEST_COLUMNS.items():
             table.add_column(label, width=width)
-        self._timer = self.set_interval(
-            self.specctl.settings.dashboard_refresh_s, self.action_refresh
-        )
+        self.refresh_every(self.specctl.settings.dashboard_refresh_s, self.action_refresh)
         self.action_refresh()
-
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
-
-    def on_screen_resume(self) -> None:
-        if self._timer is not None:
-            self._timer.resume()
-            self.action_refresh()
 
     def on_unmount(self) -> None:
         if self._reader is not None:

@@ -16,7 +16,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.reactive import reactive
-from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Label, Static
 from textual.worker import get_current_worker
@@ -67,7 +66,6 @@ class LaunchScreen(SpecctlScreen):
         super().__init__()
         self._step_rows: dict[str, int] = {}
         self._watched = False  # a watch kept the deployment running at the last reading
-        self._timer: Timer | None = None
 
     def compose_body(self) -> Iterable[Widget]:
         with Horizontal(id="launch-buttons"):
@@ -89,16 +87,7 @@ class LaunchScreen(SpecctlScreen):
         self.query_one("#launch-state", Static).update("Reading what is deployed…")
         self.show_current_status()
         # what changes elsewhere (a watch started or stopped, a down in a terminal) shows too
-        self._timer = self.set_interval(STATUS_EVERY_S, self.show_current_status)
-
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
-
-    def on_screen_resume(self) -> None:
-        if self._timer is not None:
-            self._timer.resume()
-        self.show_current_status()
+        self.refresh_every(STATUS_EVERY_S, self.show_current_status)
 
     def session_changed(self, revision: int) -> None:
         session = self.specctl.session

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, ClassVar
 from textual import on, work
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Label, ListItem, ListView, Log, Static
 from textual.worker import get_current_worker
@@ -44,7 +43,6 @@ class LogsScreen(SpecctlScreen):
         self._problems: dict[str, str | None] = {}
         self._followers: dict[str, FileFollower | SpecdLogFollower] = {}
         self._shown = SERVER
-        self._timer: Timer | None = None
         # the cluster file's newest snapshot, and the one whose nodes are followed: state, not
         # a reading's argument, so that a poll requested after it cannot drop it
         self._snapshot: ConfigSnapshot | None = None
@@ -58,16 +56,7 @@ class LogsScreen(SpecctlScreen):
                 yield Log(id="log-view", max_lines=MAX_LINES_KEPT)
 
     def on_mount(self) -> None:
-        self._timer = self.set_interval(self.specctl.settings.logs_refresh_s, self.action_poll)
-
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
-
-    def on_screen_resume(self) -> None:
-        if self._timer is not None:
-            self._timer.resume()
-            self.action_poll()
+        self.refresh_every(self.specctl.settings.logs_refresh_s, self.action_poll)
 
     def session_changed(self, revision: int) -> None:
         session = self.specctl.session

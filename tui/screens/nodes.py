@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.binding import Binding, BindingType
-from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import DataTable, Label, Static
 from textual.worker import get_current_worker
@@ -80,7 +79,6 @@ class NodesScreen(SpecctlScreen):
     def __init__(self) -> None:
         super().__init__()
         self._statuses: list[NodeStatus] = []
-        self._timer: Timer | None = None
 
     def compose_body(self) -> Iterable[Widget]:
         yield Static(
@@ -95,17 +93,8 @@ class NodesScreen(SpecctlScreen):
         self.query_one("#node-table", DataTable).add_columns(*NODE_COLUMNS)
         self.query_one("#gpu-table", DataTable).add_columns(*GPU_COLUMNS)
         interval = self.specctl.settings.nodes_refresh_s
-        self._timer = self.set_interval(interval, self.action_refresh)
+        self.refresh_every(interval, self.action_refresh)
         self.watch(self.app, "deployment_revision", lambda _: self.action_refresh(), init=False)
-
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
-
-    def on_screen_resume(self) -> None:
-        if self._timer is not None:
-            self._timer.resume()
-            self.action_refresh()
 
     def session_changed(self, revision: int) -> None:
         if revision:
