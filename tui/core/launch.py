@@ -148,10 +148,10 @@ def run_child(
         )
     assert child.stdout is not None
     outcome = _follow(action, child, events, time.monotonic() + timeout_s, stop)
+    # nothing more is read from it: a write to a closed pipe is ignored, one to a full pipe
+    # would stop it (a watch's first apply the TUI quit during, say)
+    child.stdout.close()
     if outcome is None and stop():
-        # nobody reads its events any more: a write to a closed pipe is ignored, one to a
-        # full pipe would stop it
-        child.stdout.close()
         _reap_in_background(child, action)
         return LaunchOutcome(action, False, f"{action} goes on in process {child.pid}")
     if outcome is None:
@@ -161,7 +161,6 @@ def run_child(
         tail = _tail(log_path, log_start)
         why = f"exited with status {child.returncode}" if child.returncode else "gave no outcome"
         return LaunchOutcome(action, False, f"{action} {why}; its log ({log_path}) ends:\n{tail}")
-    child.stdout.close()
     if outlives and outcome.is_ok:  # (it closed its end: its later steps go to its log)
         _reap_in_background(child, action)
         return outcome
