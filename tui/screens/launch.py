@@ -131,7 +131,7 @@ class LaunchScreen(SpecctlScreen):
             self._finish_message(False, self.specctl.session_problem or "No cluster file open.")
             return
         self._start("watch", f"Applying {session.path}, then watching it…")
-        self._watch()
+        self._apply(then_watch=True)
 
     @on(Button.Pressed, "#down")
     def action_down(self) -> None:
@@ -148,25 +148,15 @@ class LaunchScreen(SpecctlScreen):
         self.query_one("#launch-state", Static).update(text)
 
     @work(thread=True, exclusive=True, group="launch")
-    def _apply(self) -> None:
-        from tui.core.launch import apply_session
+    def _apply(self, then_watch: bool = False) -> None:
+        from tui.core.launch import apply_session, watch_session
 
         session = self.specctl.session
         assert session is not None
         worker = get_current_worker()
         home = self.specctl.settings.home
-        outcome = apply_session(session, home, ScreenEvents(self), lambda: worker.is_cancelled)
-        self.post_message(LaunchFinished(outcome))
-
-    @work(thread=True, exclusive=True, group="launch")
-    def _watch(self) -> None:
-        from tui.core.launch import watch_session
-
-        session = self.specctl.session
-        assert session is not None
-        worker = get_current_worker()
-        home = self.specctl.settings.home
-        outcome = watch_session(session, home, ScreenEvents(self), lambda: worker.is_cancelled)
+        run = watch_session if then_watch else apply_session
+        outcome = run(session, home, ScreenEvents(self), lambda: worker.is_cancelled)
         self.post_message(LaunchFinished(outcome))
 
     @work(thread=True, exclusive=True, group="launch")
