@@ -401,7 +401,11 @@ def status_command(
     raise typer.Exit(run_status(as_json))
 
 
-@app.command("down", help="Stop everything apply started; leave no process behind.")
+@app.command(
+    "down",
+    help="Stop everything apply started (the home's watch first, then the serving process, "
+    "the shards and the Ray nodes); leave no process behind.",
+)
 def down_command(
     as_json: bool = typer.Option(False, "--json", help="Progress and outcome as JSON lines."),
 ) -> None:

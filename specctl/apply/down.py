@@ -1,5 +1,5 @@
-"""`specctl down`: stop everything `apply` started — the serving process, the shards, the Ray
-nodes — and leave no process behind."""
+"""`specctl down`: stop everything `apply` started — the watch, the serving process, the
+shards, the Ray nodes — and leave no process behind."""
 
 import contextlib
 import logging
@@ -12,6 +12,7 @@ from specctl.apply.cluster_up import take_down_nodes
 from specctl.apply.events import ApplyEvents
 from specctl.apply.home_lock import home_lock
 from specctl.apply.state import AppliedState, StateError
+from specctl.apply.watch_record import STOP_WAIT_S, stop_watch
 from specctl.cluster.local_cluster import LocalCluster
 from specctl.cluster.local_nodes import LocalNodeSpec
 from specctl.deploy.actors import kill_actor
@@ -22,12 +23,26 @@ from specctl.home import SpecctlHome
 logger = logging.getLogger(__name__)
 
 
-def take_down(home: SpecctlHome, events: ApplyEvents) -> list[int]:
+def take_down(
+    home: SpecctlHome, events: ApplyEvents, watch_wait_s: float = STOP_WAIT_S
+) -> list[int]:
     """Stop the deployment recorded under `home`; returns pids that would not die (empty:
-    clean). Safe to run twice, and after a partial apply. HomeBusyError while an apply or
-    another down runs on the same home."""
+    clean). Safe to run twice, and after a partial apply. The home's watch is stopped first
+    (left running, it would keep an apply made after this down; it may take `watch_wait_s` to
+    finish a repair under way). HomeBusyError while an apply or another down runs on the same
+    home, a repair by a watch that did not stop in time included."""
+    _stop_the_watch(home, events, watch_wait_s)
     with home_lock(home, "down"):
         return take_down_unlocked(home, events)
+
+
+def _stop_the_watch(home: SpecctlHome, events: ApplyEvents, wait_s: float) -> None:
+    """Said only where a watch ran (or runs on, not stopped): a down with none says nothing
+    of it. One that would not stop is not waited for further: the down goes on, and the
+    watch ends at its next look, finding nothing applied."""
+    stopping = stop_watch(home, wait_s)
+    if stopping.pid is not None or not stopping.stopped:
+        events.step("watch", "done" if stopping.stopped else "failed", stopping.message)
 
 
 def take_down_unlocked(home: SpecctlHome, events: ApplyEvents) -> list[int]:

@@ -744,8 +744,8 @@ def test_sigterm_during_a_watchs_first_apply_lets_that_apply_finish(
 
 
 def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:
-    """...and ends an `apply --watch` watching it (which neither repairs what down stops nor
-    applies it again)."""
+    """...and stops an `apply --watch` watching it first (left running, it would keep an
+    apply made after the down), which neither repairs what down stops nor applies it again."""
     cli, config = deployment
     status = cli.status()
     pids = [status["server_pid"], *(s["pid"] for s in status["shards"])]
@@ -756,15 +756,19 @@ def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:
         for line in watching.stdout:  # the apply's outcome, then the watch looks
             if json.loads(line).get("name") == "watch":
                 break
-        done = cli.run("down", timeout_s=180)
-        said, errors = watching.communicate(timeout=120)
+        done = cli.run("down", "--json", timeout_s=180)
+        assert watching.poll() is not None, "down returned with the watch still running"
+        said, errors = watching.communicate(timeout=10)
     finally:
         if watching.poll() is None:
             watching.kill()
     assert watching.returncode == 0, said + errors
-    assert "nothing is applied any more: stopped watching" in said, said + errors
+    assert "stopped watching; the deployment keeps running" in said, said + errors
     assert '"state": "done", "detail": "repaired' not in said, said  # (tried: refused)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = [json.loads(line) for line in done.stdout.splitlines()]
+    watch_step = [(s["state"], s["detail"]) for s in steps if s.get("name") == "watch"]
+    assert watch_step == [("done", f"the watch (pid {watching.pid}) stopped")], steps
     assert cli.processes() == []
     assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
     assert not (cli.home / "state.json").exists()

@@ -110,12 +110,7 @@ def _save_first(session: ConfigSession, events: LaunchEvents, action: str) -> La
 
 
 def take_down_home(home: SpecctlHome, events: LaunchEvents, stop: StopFollowing) -> LaunchOutcome:
-    """The watch first (it would keep a deployment applied after this down), then down."""
-    from specctl.apply.watch_record import stop_watch as stop_home_watch
-
-    stopping = stop_home_watch(home, WATCH_STOP_WAIT_S)
-    if stopping.pid is not None or not stopping.stopped:
-        events.step("watch", "done" if stopping.stopped else "failed", stopping.message)
+    """`specctl down`'s steps, the watch's stop first among them, shown as they come."""
     return run_child("down", [], home, events, DOWN_TIMEOUT_S, stop)
 
 
