@@ -152,7 +152,7 @@ def stop_watch(home: SpecctlHome, wait_s: float = STOP_WAIT_S) -> WatchStop:
     that check (a pid reused in between is not signalled)."""
     watching = _watch_holding(home)
     if watching is None:
-        if _lock_held(home):
+        if watch_lock_held(home):
             return WatchStop(
                 None,
                 False,
@@ -190,7 +190,7 @@ def _watch_holding(home: SpecctlHome) -> WatchRecord | None:
     """live_watch, given a moment where the lock is held but the record not written yet (a
     watch starting: it takes the lock, then writes its record)."""
     deadline = time.monotonic() + READER_GRACE_S
-    while (watching := live_watch(home)) is None and _lock_held(home):
+    while (watching := live_watch(home)) is None and watch_lock_held(home):
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
@@ -201,7 +201,7 @@ def _wait_for_the_home(home: SpecctlHome, pid: int, wait_s: float) -> WatchStop:
     """Until the watch lock is free (the process ended, or is about to: the lock goes with
     its last descriptor), or another watch holds it."""
     deadline = time.monotonic() + wait_s
-    while _lock_held(home) and ((now := live_watch(home)) is None or now.pid == pid):
+    while watch_lock_held(home) and ((now := live_watch(home)) is None or now.pid == pid):
         if time.monotonic() >= deadline:
             return WatchStop(
                 pid,
@@ -213,7 +213,7 @@ def _wait_for_the_home(home: SpecctlHome, pid: int, wait_s: float) -> WatchStop:
     return WatchStop(pid, True, f"the watch (pid {pid}) stopped")
 
 
-def _lock_held(home: SpecctlHome) -> bool:
+def watch_lock_held(home: SpecctlHome) -> bool:
     """Whether a watch holds the home's watch lock (readers' shared holds do not count)."""
     try:
         with open(_lock_path(home)) as lock:

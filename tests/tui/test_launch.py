@@ -20,7 +20,9 @@ from tests.specd.specd_process import free_port
 from tests.tui.helpers import LOCAL_TOML, REPO, make_app, screen_text, wait_for_text, wait_until
 from tui.core.launch import (
     WATCH_INTERVAL_S,
+    WATCH_LOG_MAX_BYTES,
     WATCH_LOG_NAME,
+    rotate_watch_log,
     stop_watch,
     take_down_home,
 )
@@ -272,3 +274,26 @@ def test_the_watch_child_refuses_a_wrong_interval(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "usage: apply CLUSTER.toml | watch CLUSTER.toml SECONDS (>= 0.5) | down" in done.stdout
     assert not (tmp_path / "home").exists()  # nothing held, nothing written
+
+
+def test_a_long_watch_log_is_moved_aside_by_the_next_watch_unless_one_runs(
+    tmp_path: Path,
+) -> None:
+    """The log a watch started here appends to stays bounded: past its size, the next watch
+    moves it to `.1` (dropping the one before), never while a watch writes to it."""
+    home = SpecctlHome(tmp_path)
+    log, kept = tmp_path / WATCH_LOG_NAME, tmp_path / (WATCH_LOG_NAME + ".1")
+    rotate_watch_log(home)  # none yet: nothing to do, nothing raised
+    assert not log.exists() and not kept.exists()
+    log.write_bytes(b"x" * WATCH_LOG_MAX_BYTES)  # at the size: kept where it is
+    rotate_watch_log(home)
+    assert log.stat().st_size == WATCH_LOG_MAX_BYTES and not kept.exists()
+    kept.write_text("an older log\n")
+    with log.open("a") as more:
+        more.write("the last line\n")
+    with watch_process(tmp_path, "--watch", "10"):  # a watch runs: its log stays
+        rotate_watch_log(home)
+        assert log.exists() and kept.read_text() == "an older log\n"
+    rotate_watch_log(home)
+    assert not log.exists()
+    assert kept.read_text().endswith("the last line\n")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 CHILD_LOG_NAME = "tui-launch.log"  # the child's stderr, under $SPECCTL_HOME
 WATCH_LOG_NAME = "tui-watch.log"  # a watch's stderr and steps, appended (it outlives the TUI)
+WATCH_LOG_MAX_BYTES = 4 << 20  # past this, a new watch moves it to tui-watch.log.1 first
 WATCH_INTERVAL_S = 30.0  # how often a watch started here looks at the deployment
 WATCH_STOP_WAIT_S = 10.0  # a watch stops at once, or once the apply under way is done
 APPLY_TIMEOUT_S = 1800.0  # shard loading (900 s) + health (120 s) + cluster start, with room
@@ -74,9 +75,25 @@ def watch_session(
     if not_saved is not None:
         return not_saved
     args = [str(session.path), f"{interval_s:g}"]
+    rotate_watch_log(home)
     return run_child(
         "watch", args, home, events, APPLY_TIMEOUT_S, stop, log_name=WATCH_LOG_NAME, outlives=True
     )
+
+
+def rotate_watch_log(home: SpecctlHome) -> None:
+    """Move a watch log past WATCH_LOG_MAX_BYTES to `.1` (the one there before is dropped),
+    so that watches started here for months keep one bounded log and its predecessor. Not
+    while a watch runs: it writes there (this start is then refused, and says so)."""
+    from specctl.apply.watch_record import watch_lock_held
+
+    path = home.root / WATCH_LOG_NAME
+    try:
+        if path.stat().st_size <= WATCH_LOG_MAX_BYTES or watch_lock_held(home):
+            return
+        path.replace(path.with_name(WATCH_LOG_NAME + ".1"))
+    except OSError:
+        return  # none yet, or not movable: appended to as it is
 
 
 def stop_watch(home: SpecctlHome, wait_s: float = WATCH_STOP_WAIT_S) -> LaunchOutcome:
