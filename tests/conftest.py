@@ -1,5 +1,6 @@
 """Suite-wide settings."""
 
+import atexit
 import os
 import shutil
 import sys
@@ -25,6 +26,8 @@ _IS_WORKER = "PYTEST_XDIST_WORKER" in os.environ
 # two workers at once see each other, as two shards on one machine do.
 if not _IS_WORKER or "SPECCTL_LOAD_LEDGER" not in os.environ:
     os.environ["SPECCTL_LOAD_LEDGER"] = tempfile.mkdtemp(prefix="specctl-loads-test-")
+    # also where pytest stops before the session (a wrong option): sessionfinish never runs
+    atexit.register(shutil.rmtree, os.environ["SPECCTL_LOAD_LEDGER"], ignore_errors=True)
 _LOAD_LEDGER = os.environ["SPECCTL_LOAD_LEDGER"]
 
 # Local Ray nodes keep a short root under /tmp per $SPECCTL_HOME (specctl/home.py), which
