@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from bench.costs import end_to_end_bound, pass_seconds, speedup_bound
+from bench.costs import chain_ceiling, end_to_end_bound, pass_seconds, speedup_bound
 from bench.machine import describe_machine
 from bench.peers.result import PeerResult
 from bench.spec_engine import RunResult, RunSpec, SpecBench
@@ -309,7 +309,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
         "rows": [asdict(r) for r in rows],
         "adaptive": adaptive_summary(rows),
         "forward_curve": forward_curve(bench.target),
-        "bound": batch1_bound(bench, cfg, runs) if lowest == 1 else None,
+        "bound": batch1_bound(bench, cfg, runs, code) if lowest == 1 else None,
         "lossless_concurrency": lowest,
         "temperature": cfg.temperature,
         "lossless": all(
@@ -321,9 +321,12 @@ def run_bench(cfg: BenchConfig) -> dict[str, object]:
     }
 
 
-def batch1_bound(bench: SpecBench, cfg: BenchConfig, runs: list[RunResult]) -> dict[str, float]:
+def batch1_bound(
+    bench: SpecBench, cfg: BenchConfig, runs: list[RunResult], prompts: list[list[int]]
+) -> dict[str, float | None]:
     """The analytic speedup bound at batch 1 (fitted to the fixed-k run) beside the measured
-    speedup, end to end and decoding alone."""
+    speedup, end to end and decoding alone, and the ceiling of any chain of drafts (greedy;
+    `prompts`: the code prompts the runs decoded, in their order)."""
     fixed = next(r for r in runs if r.concurrency == 1 and r.mode == f"spec k={cfg.k}")
     plain = next(r for r in runs if r.concurrency == 1 and r.mode == "target-only")
     alpha = fixed.per_position_acceptance(cfg.k) or 0.0
@@ -333,6 +336,13 @@ def batch1_bound(bench: SpecBench, cfg: BenchConfig, runs: list[RunResult]) -> d
     # same work in both (about a third of a batch-1 speculative run on the wide target).
     decode = (plain.wall_s - plain.prefill_time_s) / (fixed.wall_s - fixed.prefill_time_s)
     end_to_end = end_to_end_bound(plain.wall_s, plain.prefill_time_s, bound.speedup)
+    # greedy: the ceiling is counted on target-only's outputs (sampled ones would need the
+    # target's distributions to say what a draft could have had accepted)
+    ceiling = (
+        chain_ceiling(bench.draft, prompts, plain.output_token_ids)
+        if cfg.temperature == 0
+        else None
+    )
     return {
         **asdict(bound),
         "cost_ratio": bound.cost_ratio,
@@ -344,6 +354,10 @@ def batch1_bound(bench: SpecBench, cfg: BenchConfig, runs: list[RunResult]) -> d
         "measured_decode_speedup": decode,
         "decode_efficiency": decode / bound.speedup,
         "prefill_share": fixed.prefill_time_s / fixed.wall_s,
+        "chain_ceiling": ceiling,
+        "end_to_end_ceiling": None
+        if ceiling is None
+        else end_to_end_bound(plain.wall_s, plain.prefill_time_s, ceiling),
     }
 
 

@@ -112,6 +112,37 @@ def end_to_end_bound(wall_s: float, prefill_s: float, decode_speedup: float) -> 
     return wall_s / (prefill_s + (wall_s - prefill_s) / decode_speedup)
 
 
+def chain_ceiling(
+    draft: CausalLM, prompts: list[list[int]], outputs: list[list[int]], slot: int = 0
+) -> float:
+    """The most any chain of greedy drafts from `draft` can speed up decoding `outputs` (the
+    target's greedy continuations of `prompts`): with k unbounded, drafts free and a verify
+    pass as cheap as one target step, a round emits the draft's run of agreement with the
+    target and one more token, and costs a step. No i.i.d. acceptance is assumed: the rounds
+    are counted on the outputs, from the draft's prediction at every position of them. What
+    a faster engine cannot get past; only drafts that agree more (or trees of them) can.
+    The first token of each output comes from prefill, and is not counted."""
+    tokens = rounds = 0
+    try:
+        with torch.inference_mode():
+            for prompt, output in zip(prompts, outputs, strict=True):
+                if len(output) < 2:
+                    continue
+                sequence = prompt + output[:-1]
+                logits = draft.forward(ForwardBatch([slot], [sequence], [0], LogitsMode.ALL))
+                assert logits is not None
+                # [1, T, V] -> the draft's guess for output[j], j >= 1, at position P - 1 + j
+                guesses = logits[0, len(prompt) : len(sequence)].argmax(dim=-1).tolist()
+                agree = [g == o for g, o in zip(guesses, output[1:], strict=True)]
+                tokens += len(agree)
+                # a round ends at each disagreement (the target's token is its bonus), and the
+                # last round at the end of the output
+                rounds += agree.count(False) + (1 if agree[-1] else 0)
+    finally:
+        draft.free_slot(slot)
+    return tokens / rounds if rounds else float("inf")
+
+
 def speedup_bound(target: CausalLM, draft: CausalLM, acceptance: float, k: int) -> SpeedupBound:
     """The bound with each cost measured as the engine runs it: a target step, a verify pass
     of k + 1 tokens, and then k draft steps in a row (the draft's price per step)."""

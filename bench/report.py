@@ -93,6 +93,12 @@ def _print_bound(b: dict[str, Any], console: Console) -> None:
             f"{100 * b['prefill_share']:.0f}% of the speculative run): measured "
             f"{b['measured_decode_speedup']:.2f}x; efficiency {b['decode_efficiency']:.2f}"
         )
+    if b.get("chain_ceiling") is not None:
+        console.print(
+            f"  ceiling of any chain of this draft's greedy guesses (any k, drafts free, verify "
+            f"as cheap as one step; counted on target-only's outputs): decoding "
+            f"{b['chain_ceiling']:.2f}x, end to end {b['end_to_end_ceiling']:.2f}x"
+        )
 
 
 def _print_adaptive(summary: list[dict[str, Any]], console: Console) -> None:

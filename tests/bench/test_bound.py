@@ -8,6 +8,7 @@ import torch
 from bench.costs import (
     CONTEXT_LEN,
     SpeedupBound,
+    chain_ceiling,
     end_to_end_bound,
     expected_tokens_per_round,
     forward_seconds,
@@ -15,7 +16,7 @@ from bench.costs import (
 )
 from bench.spec_engine import RunResult
 from daemon.runtime.model import load_model
-from daemon.runtime.model.batch import ForwardBatch
+from daemon.runtime.model.batch import ForwardBatch, LogitsMode
 from daemon.runtime.model.protocol import CausalLM
 from tests.tiny_models import make_tiny_checkpoint
 
@@ -50,6 +51,41 @@ def test_speedup_bound() -> None:
     # 1.75 tokens per round of 2 ms drafting + 10 ms verifying, against 10 ms per token.
     assert abs(bound.speedup - 1.75 * 10 / 12) < 1e-12
     assert bound.cost_ratio == 10.0
+
+
+def _guided_output(
+    model: CausalLM, prompt: list[int], length: int, disagree_at: set[int]
+) -> list[int]:
+    """A continuation of `prompt` that is the model's greedy guess at every position but
+    `disagree_at`, where it is another token: how far the model agrees is known by design."""
+    output: list[int] = []
+    with torch.inference_mode():
+        for j in range(length):
+            batch = ForwardBatch([0], [prompt + output], [0], LogitsMode.LAST)
+            guess = int(model.forward(batch)[0].argmax())  # type: ignore[index]
+            output.append((guess + 1) % model.vocab_size if j in disagree_at else guess)
+    model.free_slot(0)
+    return output
+
+
+def test_the_chain_ceiling_counts_rounds_on_the_outputs(tmp_path: Path) -> None:
+    """A round runs on while the draft agrees with the output and ends at its first
+    disagreement (the target's token is that round's last), or at the output's end; the
+    first token, from prefill, is not counted."""
+    draft = load_model(make_tiny_checkpoint(tmp_path / "m", with_tokenizer=False), num_slots=1)
+    prompts = [[5, 9, 17, 3], [40, 2]]
+    agreeing = [_guided_output(draft, p, 9, set()) for p in prompts]
+    assert chain_ceiling(draft, prompts, agreeing) == 8.0  # one round of 8 tokens each
+    never = [_guided_output(draft, p, 9, set(range(1, 9))) for p in prompts]
+    assert chain_ceiling(draft, prompts, never) == 1.0  # a round per token
+    # agreement 1 2 _ 4 5 _ 7 8: rounds end at 3, at 6 and at the end -> 8 / 3 each
+    twice = [_guided_output(draft, p, 9, {3, 6}) for p in prompts]
+    assert abs(chain_ceiling(draft, prompts, twice) - 8 / 3) < 1e-12
+    # ... ending on a disagreement: 1 2 3 4 5 6 7 _ -> one round, the target's token last
+    last = [_guided_output(draft, prompts[0], 9, {8}), _guided_output(draft, prompts[1], 9, {1})]
+    assert chain_ceiling(draft, prompts, last) == 16 / (1 + 2)  # (_ 2 3 4 5 6 7 8: two)
+    assert chain_ceiling(draft, prompts, [[1], [2]]) == float("inf")  # nothing decoded
+    assert draft.forward(ForwardBatch([0], [[1]], [0], LogitsMode.LAST)) is not None  # freed
 
 
 def test_end_to_end_bound_speeds_up_decoding_only() -> None:

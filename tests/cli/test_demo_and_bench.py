@@ -82,8 +82,9 @@ def test_bench_writes_report(tmp_path: Path) -> None:
     assert report["bound"]["speedup_bound"] > 0
     bound = report["bound"]
     assert bound["measured_decode_speedup"] > 0 and 0 < bound["prefill_share"] < 1
+    assert 1 <= bound["end_to_end_ceiling"] <= bound["chain_ceiling"]  # (greedy: counted)
     assert "analytic bound" in proc.stdout and "adaptive k against the best fixed k" in proc.stdout
-    assert "decoding alone" in proc.stdout
+    assert "decoding alone" in proc.stdout and "ceiling of any chain" in proc.stdout
 
 
 def test_bench_wide_shape_builds_and_reports_it(tmp_path: Path) -> None:
