@@ -17,6 +17,7 @@ from typer.core import TyperGroup
 from daemon.cluster_token import CLIENT_TOKEN_FILE
 
 TUI_COMMAND = "tui"
+MIN_WATCH_S = 0.5  # a watch's shortest interval between two looks
 MAX_BENCH_TEMPERATURE = 2.0  # a bench past it measures noise, not a workload anyone serves
 
 
@@ -65,13 +66,22 @@ def tui_command(
     models_dir: list[Path] = typer.Option(
         [], "--models-dir", help="Also look for models here (repeatable; $SPECCTL_MODEL_PATH too)."
     ),
+    watch_interval_s: float = typer.Option(
+        30.0,
+        "--watch-interval",
+        metavar="SECONDS",
+        help="How often a watch started from Launch (w) looks at the deployment.",
+    ),
 ) -> None:
     if config_file is not None and not config_file.is_file():
         what = "a directory, not a cluster file" if config_file.is_dir() else "no such file"
         fail(f"{config_file}: {what}")
+    if not (math.isfinite(watch_interval_s) and watch_interval_s >= MIN_WATCH_S):
+        at_least = f"a number of seconds >= {MIN_WATCH_S:g}"
+        fail(f"--watch-interval must be {at_least}, got {watch_interval_s}")
     from tui.main import run_tui
 
-    run_tui(config_file, tuple(models_dir))
+    run_tui(config_file, tuple(models_dir), watch_interval_s)
 
 
 @app.command(
@@ -383,8 +393,8 @@ def apply_command(
 
     if not (math.isfinite(load_timeout_s) and load_timeout_s > 0):  # NaN waited for ever
         fail(f"--load-timeout must be a finite number > 0 (seconds), got {load_timeout_s}")
-    if watch_s is not None and not (math.isfinite(watch_s) and watch_s >= 0.5):
-        fail(f"--watch must be a number of seconds >= 0.5, got {watch_s}")
+    if watch_s is not None and not (math.isfinite(watch_s) and watch_s >= MIN_WATCH_S):
+        fail(f"--watch must be a number of seconds >= {MIN_WATCH_S:g}, got {watch_s}")
     raise typer.Exit(run_apply(config_file, as_json, load_timeout_s, watch_s))
 
 

@@ -5,7 +5,10 @@ from pathlib import Path
 from tui.core.settings import resolve_settings
 
 
-def run_tui(config_file: Path | None, model_dirs: tuple[Path, ...] = ()) -> None:
+def run_tui(
+    config_file: Path | None, model_dirs: tuple[Path, ...] = (), watch_interval_s: float = 30.0
+) -> None:
     from tui.app import SpecctlApp
 
-    SpecctlApp(resolve_settings(config_file, model_dirs)).run()
+    settings = resolve_settings(config_file, model_dirs, watch_interval_s=watch_interval_s)
+    SpecctlApp(settings).run()

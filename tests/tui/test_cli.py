@@ -45,6 +45,11 @@ def test_a_mistyped_command_is_an_error_naming_the_commands() -> None:
     directory = specctl("tui", str(REPO))
     assert directory.returncode == 2
     assert "a directory, not a cluster file" in directory.stderr
+    for interval in ("0.1", "nan", "inf"):  # a watch looking that often, or never: refused
+        refused = specctl("tui", str(LOCAL_TOML), "--watch-interval", interval)
+        assert refused.returncode == 2, refused.stderr
+        assert "--watch-interval must be a number of seconds >= 0.5" in refused.stderr
+        assert "Traceback" not in refused.stderr
 
 
 @pytest.fixture

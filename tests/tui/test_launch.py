@@ -19,7 +19,6 @@ from tests.control.test_watch_record import watch_process
 from tests.specd.specd_process import free_port
 from tests.tui.helpers import LOCAL_TOML, REPO, make_app, screen_text, wait_for_text, wait_until
 from tui.core.launch import (
-    WATCH_INTERVAL_S,
     WATCH_LOG_MAX_BYTES,
     WATCH_LOG_NAME,
     rotate_watch_log,
@@ -29,6 +28,7 @@ from tui.core.launch import (
 from tui.core.status import read_deployment_status
 
 pytestmark = pytest.mark.anyio
+WATCH_INTERVAL_S = 45.0  # --watch-interval (30 s by default)
 DEMO = LOCAL_TOML.parents[1] / "packaging" / "demo-models"
 APPLY_WAIT_S = 300.0  # Ray nodes and shard loading on a loaded 2-core machine: a bound only
 
@@ -175,7 +175,7 @@ async def test_a_watch_started_here_outlives_the_tui_and_is_stopped_from_it(
     started again shows it, and w stops it, the deployment still serving."""
     config = local_cluster_file(tmp_path)
     specctl_home = SpecctlHome(home)
-    app = make_app(config, home)
+    app = make_app(config, home, watch_interval_s=WATCH_INTERVAL_S)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("4")
         await wait_for_text(pilot, "nothing deployed", "w: apply, then keep it running")

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 CHILD_LOG_NAME = "tui-launch.log"  # the child's stderr, under $SPECCTL_HOME
 WATCH_LOG_NAME = "tui-watch.log"  # a watch's stderr and steps, appended (it outlives the TUI)
 WATCH_LOG_MAX_BYTES = 4 << 20  # past this, a new watch moves it to tui-watch.log.1 first
-WATCH_INTERVAL_S = 30.0  # how often a watch started here looks at the deployment
 WATCH_STOP_WAIT_S = 10.0  # a watch stops at once, or once the apply under way is done
 APPLY_TIMEOUT_S = 1800.0  # shard loading (900 s) + health (120 s) + cluster start, with room
 DOWN_TIMEOUT_S = 300.0
@@ -66,7 +65,7 @@ def watch_session(
     home: SpecctlHome,
     events: LaunchEvents,
     stop: StopFollowing,
-    interval_s: float = WATCH_INTERVAL_S,
+    interval_s: float,
 ) -> LaunchOutcome:
     """`specctl apply FILE --watch SECONDS` from the TUI: save, apply with each step shown,
     then leave the watch running in a session of its own (it outlives the TUI; its later

@@ -41,6 +41,9 @@ class TuiSettings:
     dashboard_window_minutes: float = 5.0
     """How far back the Dashboard's sparklines reach."""
 
+    watch_interval_s: float = 30.0
+    """How often a watch started from Launch looks at the deployment (--watch-interval)."""
+
     @property
     def is_embedded_default(self) -> bool:
         return self.config_path == EMBEDDED_DEFAULT
@@ -56,6 +59,7 @@ def resolve_settings(
     model_dirs: tuple[Path, ...] = (),
     cwd: Path | None = None,
     home: SpecctlHome | None = None,
+    watch_interval_s: float = 30.0,
 ) -> TuiSettings:
     """`specctl FILE` opens FILE; plain `specctl` opens ./cluster.toml if there is one, else
     the embedded default (Save then writes ./cluster.toml)."""
@@ -71,4 +75,5 @@ def resolve_settings(
         save_path=save_path,
         home=home or SpecctlHome.resolve(),
         model_dirs=(*model_dirs, *model_dirs_from_env()),
+        watch_interval_s=watch_interval_s,
     )

@@ -155,8 +155,12 @@ class LaunchScreen(SpecctlScreen):
         assert session is not None
         worker = get_current_worker()
         home = self.specctl.settings.home
-        run = watch_session if then_watch else apply_session
-        outcome = run(session, home, ScreenEvents(self), lambda: worker.is_cancelled)
+        events, stop = ScreenEvents(self), lambda: worker.is_cancelled
+        if then_watch:
+            interval_s = self.specctl.settings.watch_interval_s
+            outcome = watch_session(session, home, events, stop, interval_s)
+        else:
+            outcome = apply_session(session, home, events, stop)
         self.post_message(LaunchFinished(outcome))
 
     @work(thread=True, exclusive=True, group="launch")
