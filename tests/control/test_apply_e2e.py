@@ -358,6 +358,49 @@ def test_a_failed_load_in_an_apply_that_restarted_the_head_is_rolled_back(
     _runs_already(cli, config)  # the last good file again
 
 
+def test_a_failed_load_after_a_head_restart_and_a_node_added_is_rolled_back(
+    deployment: tuple[Cli, Path], tmp_path: Path
+) -> None:
+    """Both at once: the head's raylet died, and the file moves the verifier, with a new
+    target, to a node it adds. The apply starts the head anew and the added node on it; the
+    new target is cut short as its verifier starts. The rollback deploys the last good shards
+    on the new cluster and stops the node the failed apply added: the endpoint serves again,
+    on the nodes it had before."""
+    cli, config = deployment
+    before = cli.status()
+    text = config.read_text()
+    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
+    weights = copy / "model.safetensors"
+    spare = cli.ray_root() / "spare-node"
+    changed = text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"')
+    changed = changed.replace('nodes = ["verifier-node"]', 'nodes = ["spare-node"]')
+    node = '[[nodes]]\nname = "spare-node"\nspecd = "local"\n\n[[models]]'
+    config.write_text(changed.replace("[[models]]", node, 1))
+    (raylet,) = raylet_pids(cli.ray_root() / "verifier-node")  # the head
+    os.kill(raylet, signal.SIGKILL)
+    try:
+        code, steps, said = _apply_cutting(cli, config, weights, ("verifier r0", "started"))
+        assert code == 1, said
+        named = [(r.get("name"), r.get("state")) for r in steps]
+        assert ("verifier r0", "failed") in named, said
+        assert ("rollback", "done") in named, said
+        rolled = next(r for r in steps if r.get("name") == "rollback" and r["state"] == "done")
+        assert "stopped the nodes the failed apply had added: spare-node" in rolled["detail"]
+        assert "were started again and serve" in steps[-1]["message"], said
+        assert ray_processes_under(spare) == [], "the node the failed apply added is stopped"
+        deadline = time.monotonic() + 60
+        while not (after := cli.status())["is_healthy"]:
+            assert time.monotonic() < deadline, json.dumps(after)
+            time.sleep(0.5)
+        assert after["server_pid"] != before["server_pid"], "the old server held the dead GCS"
+        assert [n["name"] for n in after["nodes"]] == [n["name"] for n in before["nodes"]]
+        assert _verifier_of(after)["running_on"] == "verifier-node"
+        assert greedy_ids(openai_client(cli), PROMPTS[:1]) == target_only_ids(PROMPTS[:1])
+    finally:
+        config.write_text(text)
+    _runs_already(cli, config)  # the last good file again
+
+
 def _runs_already(cli: Cli, config: Path) -> None:
     done = cli.apply(config)
     assert done.returncode == 0, done.stdout + done.stderr
