@@ -342,7 +342,7 @@ def batch1_bound(
         chain_ceiling(bench.draft, prompts, plain.output_token_ids)
         if cfg.temperature == 0
         else None
-    )
+    )  # (None too where nothing was decoded: --max-tokens 1)
     return {
         **asdict(bound),
         "cost_ratio": bound.cost_ratio,

@@ -114,14 +114,17 @@ def end_to_end_bound(wall_s: float, prefill_s: float, decode_speedup: float) -> 
 
 def chain_ceiling(
     draft: CausalLM, prompts: list[list[int]], outputs: list[list[int]], slot: int = 0
-) -> float:
+) -> float | None:
     """The most any chain of greedy drafts from `draft` can speed up decoding `outputs` (the
     target's greedy continuations of `prompts`): with k unbounded, drafts free and a verify
     pass as cheap as one target step, a round emits the draft's run of agreement with the
     target and one more token, and costs a step. No i.i.d. acceptance is assumed: the rounds
     are counted on the outputs, from the draft's prediction at every position of them. What
     a faster engine cannot get past; only drafts that agree more (or trees of them) can.
-    The first token of each output comes from prefill, and is not counted."""
+    The first token of each output comes from prefill, and is not counted; None where no
+    output has a second. The draft's guesses come from one pass over each whole sequence,
+    not step by step as the engine drafts: on a near tie the two can round apart, so this
+    is the ceiling up to such ties."""
     tokens = rounds = 0
     try:
         with torch.inference_mode():
@@ -140,7 +143,7 @@ def chain_ceiling(
                 rounds += agree.count(False) + (1 if agree[-1] else 0)
     finally:
         draft.free_slot(slot)
-    return tokens / rounds if rounds else float("inf")
+    return tokens / rounds if rounds else None
 
 
 def speedup_bound(target: CausalLM, draft: CausalLM, acceptance: float, k: int) -> SpeedupBound:
