@@ -373,7 +373,8 @@ def plan_command(
     "(idempotent: a second apply of the same file changes nothing). Exit 0: applied (with "
     "--watch: the watch stopped when asked, or by `specctl down`); 1: a step failed (a node "
     "unreachable, a shard that would not load); 2: the file is invalid; 4: --watch, and "
-    "another watch keeps this home's deployment (nothing applied).",
+    "another watch keeps this home's deployment (nothing applied); 5: --watch, asked to stop "
+    "during its first apply, which failed.",
 )
 def apply_command(
     config_file: Path = typer.Argument(..., help="The cluster file (cluster.toml)."),

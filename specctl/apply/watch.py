@@ -46,6 +46,8 @@ GRACE_S = 10.0  # ...over at least this long, before it is repaired
 MAX_BACKOFF_S = 300.0
 BROKEN_STATES = frozenset({"failed", "stopped", "unreachable"})
 SERVER = "the serving process "  # its problems: not running, not answering
+# a watch stopped does not stop what it watched (`specctl down`, which stops it first, does)
+LEFT_AS_IT_IS = "the deployment is left as it is"
 
 Repair = Callable[[Path, str], object]  # (the file's path, the applied text) -> anything
 
@@ -68,7 +70,7 @@ def watch(
     watch record (watch_record.holding_watch), its repairs kept there. `how_to_stop`: said
     as it starts."""
     if stop.is_set():  # asked during the first apply: it is done, and nothing more
-        events.step(STEP, "done", "stopped before watching; the deployment keeps running")
+        events.step(STEP, "done", f"stopped before watching; {LEFT_AS_IT_IS}")
         return
     events.step(STEP, "started", f"looking every {interval_s:g} s ({how_to_stop})")
     looks, since, wait_s, told_edited = 0, 0.0, interval_s, False
@@ -92,6 +94,8 @@ def watch(
         looks, since = looks + 1, since if looks else time.monotonic()
         if looks < GRACE_LOOKS or time.monotonic() - since < GRACE_S:
             continue
+        if stop.is_set():  # asked during this look (`specctl down`, say): no repair now
+            break
         events.step(STEP, "started", f"repairing: {why}")
         looks, wait_s = 0, min(max(wait_s, interval_s) * 2, max(MAX_BACKOFF_S, interval_s))
         try:
@@ -106,7 +110,7 @@ def watch(
             continue
         _repaired(home, record, "repaired")
         events.step(STEP, "done", f"repaired (next look in {wait_s:g} s)")
-    events.step(STEP, "done", "stopped watching; the deployment keeps running")
+    events.step(STEP, "done", f"stopped watching; {LEFT_AS_IT_IS}")
 
 
 @contextlib.contextmanager

@@ -27,6 +27,9 @@ EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_DEGRADED = 3  # status: applied, but not all of it serving (a shard down, no server)
 EXIT_WATCHED = 4  # apply --watch: another watch keeps this home (nothing applied)
+# apply --watch, asked to stop (a signal: Ctrl+C, its service stopped, `specctl down`) during
+# its first apply, which then failed: a failure, but not one its service should start again
+EXIT_STOPPED = 5
 
 
 def run_apply(
@@ -66,14 +69,20 @@ def run_apply(
                 result = apply_deployment(config_file, home, events, options)
         except ConfigError as exc:  # one line per issue, each with its file:line: field
             # nodes that did not answer are a failure to reach them, not an invalid file
-            code = EXIT_FAILED if exc.unreachable else EXIT_INVALID
+            code = _failure_code(stop) if exc.unreachable else EXIT_INVALID
             return _failed(str(exc), as_json, code, every_line=True, out=out)
         except Exception as exc:  # every failure of a step is said in one message
-            return _failed(_why(exc), as_json, EXIT_FAILED, out=out)
+            return _failed(_why(exc), as_json, _failure_code(stop), out=out)
         _print_applied(result, as_json, out)
         if stop is not None and record is not None:
             return _watch(home, events, options, record, stop, as_json, out)
     return 0
+
+
+def _failure_code(stop: threading.Event | None) -> int:
+    """A failed apply's exit code; a watch asked to stop meanwhile exits EXIT_STOPPED, which
+    its service does not restart (it would apply the file again after a `specctl down`)."""
+    return EXIT_STOPPED if stop is not None and stop.is_set() else EXIT_FAILED
 
 
 def _watch(

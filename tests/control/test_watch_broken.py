@@ -1,8 +1,17 @@
 """What `apply --watch` takes for broken in a status report: what an apply can mend, and
-nothing it cannot (a shard Ray is restarting, a damaged metrics sample)."""
+nothing it cannot (a shard Ray is restarting, a damaged metrics sample); and a watch ends
+once nothing is applied."""
+
+import io
+import json
+import threading
+from pathlib import Path
 
 from specctl.apply.status import ShardLine, StatusReport
-from specctl.apply.watch import broken
+from specctl.apply.watch import broken, watch
+from specctl.apply.watch_record import holding_watch
+from specctl.commands.apply_view import JsonEvents
+from specctl.home import SpecctlHome
 
 
 def _report(*states: str, problems: list[str] | None = None) -> StatusReport:
@@ -45,3 +54,24 @@ def test_what_an_apply_cannot_mend_is_not_broken() -> None:
     damaged = "metrics history unreadable: /h/specctl.db: a damaged sample (x)"
     assert broken(_report("ready", "ready", problems=[damaged])) == ""
     assert broken(StatusReport(problems=["nothing applied (run `specctl apply`)"])) == ""
+
+
+def test_a_watch_ends_once_nothing_is_applied(tmp_path: Path) -> None:
+    """A deployment taken down without stopping its watch (by a `down` that could not signal
+    it, say): the watch's next look finds no state.json and ends, repairing nothing."""
+    home = SpecctlHome(tmp_path)
+    home.ensure()
+    said = io.StringIO()
+
+    def never(path: Path, text: str) -> object:
+        raise AssertionError(f"repaired {path} with nothing applied")
+
+    with holding_watch(home, 0.5, str(tmp_path / "cluster.toml")) as record:
+        done = threading.Thread(
+            target=watch, args=(home, JsonEvents(said), never, 0.05, threading.Event(), record)
+        )
+        done.start()
+        done.join(timeout=30)
+    assert not done.is_alive(), said.getvalue()
+    steps = [json.loads(line) for line in said.getvalue().splitlines()]
+    assert [s["detail"] for s in steps][-1] == "nothing is applied any more: stopped watching"

@@ -215,7 +215,7 @@ async def test_a_watch_started_here_outlives_the_tui_and_is_stopped_from_it(
         while Path(f"/proc/{watching.pid}").exists():
             assert time.monotonic() < deadline, f"the watch {watching.pid} still runs"
             time.sleep(0.2)
-        assert "watch done: stopped watching; the deployment keeps running" in log.read_text()
+        assert "watch done: stopped watching; the deployment is left as it is" in log.read_text()
         status = read_deployment_status(specctl_home)
         assert status.is_server_healthy and status.watch is None
 
