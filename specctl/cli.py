@@ -15,9 +15,9 @@ import typer
 from typer.core import TyperGroup
 
 from daemon.cluster_token import CLIENT_TOKEN_FILE
+from specctl.apply.watch_record import DEFAULT_TUI_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 
 TUI_COMMAND = "tui"
-MIN_WATCH_S = 0.5  # a watch's shortest interval between two looks
 MAX_BENCH_TEMPERATURE = 2.0  # a bench past it measures noise, not a workload anyone serves
 
 
@@ -45,6 +45,14 @@ app = typer.Typer(
 )
 
 
+WATCH_INTERVALS = f"a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} (a day)"
+
+
+def _is_watch_interval(seconds: float) -> bool:
+    """NaN fails both comparisons; infinity, and a day or more, would overflow the wait."""
+    return MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print a user-facing error (no traceback) and exit."""
     print(f"specctl: error: {message}", file=sys.stderr)
@@ -54,7 +62,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
 @app.callback()
 def open_tui_without_command(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
-        tui_command(None, [])
+        tui_command(None, [], DEFAULT_TUI_INTERVAL_S)
 
 
 @app.command(
@@ -67,7 +75,7 @@ def tui_command(
         [], "--models-dir", help="Also look for models here (repeatable; $SPECCTL_MODEL_PATH too)."
     ),
     watch_interval_s: float = typer.Option(
-        30.0,
+        DEFAULT_TUI_INTERVAL_S,
         "--watch-interval",
         metavar="SECONDS",
         help="How often a watch started from Launch (w) looks at the deployment.",
@@ -76,9 +84,8 @@ def tui_command(
     if config_file is not None and not config_file.is_file():
         what = "a directory, not a cluster file" if config_file.is_dir() else "no such file"
         fail(f"{config_file}: {what}")
-    if not (math.isfinite(watch_interval_s) and watch_interval_s >= MIN_WATCH_S):
-        at_least = f"a number of seconds >= {MIN_WATCH_S:g}"
-        fail(f"--watch-interval must be {at_least}, got {watch_interval_s}")
+    if not _is_watch_interval(watch_interval_s):
+        fail(f"--watch-interval must be {WATCH_INTERVALS}, got {watch_interval_s}")
     from tui.main import run_tui
 
     run_tui(config_file, tuple(models_dir), watch_interval_s)
@@ -374,7 +381,7 @@ def plan_command(
     "--watch: the watch stopped when asked, or by `specctl down`); 1: a step failed (a node "
     "unreachable, a shard that would not load); 2: the file is invalid; 4: --watch, and "
     "another watch keeps this home's deployment (nothing applied); 5: --watch, asked to stop "
-    "during its first apply, which failed.",
+    "during its first apply, which failed (an invalid file: still 2).",
 )
 def apply_command(
     config_file: Path = typer.Argument(..., help="The cluster file (cluster.toml)."),
@@ -394,8 +401,8 @@ def apply_command(
 
     if not (math.isfinite(load_timeout_s) and load_timeout_s > 0):  # NaN waited for ever
         fail(f"--load-timeout must be a finite number > 0 (seconds), got {load_timeout_s}")
-    if watch_s is not None and not (math.isfinite(watch_s) and watch_s >= MIN_WATCH_S):
-        fail(f"--watch must be a number of seconds >= {MIN_WATCH_S:g}, got {watch_s}")
+    if watch_s is not None and not _is_watch_interval(watch_s):
+        fail(f"--watch must be {WATCH_INTERVALS}, got {watch_s}")
     raise typer.Exit(run_apply(config_file, as_json, load_timeout_s, watch_s))
 
 
@@ -415,7 +422,8 @@ def status_command(
 @app.command(
     "down",
     help="Stop everything apply started (the home's watch first, then the serving process, "
-    "the shards and the Ray nodes); leave no process behind.",
+    "the shards and the Ray nodes); leave no process behind. Exit 1 where a process would "
+    "not stop (the watch: another user's, say), once the rest is down.",
 )
 def down_command(
     as_json: bool = typer.Option(False, "--json", help="Progress and outcome as JSON lines."),

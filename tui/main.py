@@ -2,11 +2,14 @@
 
 from pathlib import Path
 
+from specctl.apply.watch_record import DEFAULT_TUI_INTERVAL_S
 from tui.core.settings import resolve_settings
 
 
 def run_tui(
-    config_file: Path | None, model_dirs: tuple[Path, ...] = (), watch_interval_s: float = 30.0
+    config_file: Path | None,
+    model_dirs: tuple[Path, ...] = (),
+    watch_interval_s: float = DEFAULT_TUI_INTERVAL_S,
 ) -> None:
     from tui.app import SpecctlApp
 

@@ -22,6 +22,9 @@ from typing import IO
 
 from specctl.home import SpecctlHome
 
+MIN_INTERVAL_S = 0.5  # a watch's interval between two looks: at least...
+MAX_INTERVAL_S = 86_400.0  # ...and at most a day (a wait past ~9e9 s overflows)
+DEFAULT_TUI_INTERVAL_S = 30.0  # a watch started from the TUI (`specctl tui --watch-interval`)
 READER_GRACE_S = 2.0  # a `status` looking at the lock holds it this long at most
 STOP_WAIT_S = 10.0  # a watch stops at once, or once the apply under way is done
 

@@ -45,11 +45,14 @@ def test_a_mistyped_command_is_an_error_naming_the_commands() -> None:
     directory = specctl("tui", str(REPO))
     assert directory.returncode == 2
     assert "a directory, not a cluster file" in directory.stderr
-    for interval in ("0.1", "nan", "inf"):  # a watch looking that often, or never: refused
-        refused = specctl("tui", str(LOCAL_TOML), "--watch-interval", interval)
-        assert refused.returncode == 2, refused.stderr
-        assert "--watch-interval must be a number of seconds >= 0.5" in refused.stderr
-        assert "Traceback" not in refused.stderr
+    # a watch looking that often, or never (a wait past ~9e9 s overflows): refused
+    for interval in ("0.1", "nan", "inf", "1e10"):
+        for argv in (("tui", str(LOCAL_TOML), "--watch-interval"), ("apply", "x", "--watch")):
+            refused = specctl(*argv, interval)
+            assert refused.returncode == 2, refused.stderr
+            seconds = "must be a number of seconds from 0.5 to 86400 (a day), got"
+            assert f"{argv[-1]} {seconds} {float(interval)}" in refused.stderr
+            assert "Traceback" not in refused.stderr
 
 
 @pytest.fixture

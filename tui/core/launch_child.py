@@ -19,13 +19,13 @@ TUI.
 
 import contextlib
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from specctl.apply.watch_record import MAX_INTERVAL_S, MIN_INTERVAL_S
 from specctl.home import SpecctlHome
 
 
@@ -113,7 +113,7 @@ def run_watch(
     config_path: Path, home: SpecctlHome, events: JsonLineEvents, interval_s: float
 ) -> int:
     from specctl.apply.apply import apply_deployment
-    from specctl.apply.watch import WatchError, stop_on_signals, watch
+    from specctl.apply.watch import LEFT_AS_IT_IS, WatchError, stop_on_signals, watch
     from specctl.apply.watch_record import WatchRunning, holding_watch
 
     with contextlib.ExitStack() as held:
@@ -136,7 +136,7 @@ def run_watch(
             return 1
         changed = ", ".join(result.changed) if result.changed else "nothing (already as asked)"
         if stop.is_set():  # asked to stop during the first apply
-            kept = "The watch was stopped during its first apply; the deployment keeps running"
+            kept = f"The watch was stopped during its first apply; {LEFT_AS_IT_IS}"
         else:
             kept = f"Kept running by a watch: pid {os.getpid()}, every {interval_s:g} s"
         message = f"Endpoint ready: {result.endpoint}\nChanged: {changed}\n{kept}"
@@ -181,7 +181,8 @@ def main(argv: list[str]) -> int:
     elif argv == ["down"]:
         run_down(home, events)
     else:
-        usage = "apply CLUSTER.toml | watch CLUSTER.toml SECONDS (>= 0.5) | down"
+        seconds = f"SECONDS ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})"
+        usage = f"apply CLUSTER.toml | watch CLUSTER.toml {seconds} | down"
         events.outcome(False, f"usage: {usage} (got {argv})")
         return 2
     return 0
@@ -192,7 +193,7 @@ def _seconds(text: str) -> float | None:
         seconds = float(text)
     except ValueError:
         return None
-    return seconds if math.isfinite(seconds) and seconds >= 0.5 else None
+    return seconds if MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S else None  # (NaN: neither)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from specctl.apply.watch_record import DEFAULT_TUI_INTERVAL_S
 from specctl.home import SpecctlHome
 
 CLUSTER_FILE_NAME = "cluster.toml"
@@ -41,7 +42,7 @@ class TuiSettings:
     dashboard_window_minutes: float = 5.0
     """How far back the Dashboard's sparklines reach."""
 
-    watch_interval_s: float = 30.0
+    watch_interval_s: float = DEFAULT_TUI_INTERVAL_S
     """How often a watch started from Launch looks at the deployment (--watch-interval)."""
 
     @property
@@ -59,7 +60,7 @@ def resolve_settings(
     model_dirs: tuple[Path, ...] = (),
     cwd: Path | None = None,
     home: SpecctlHome | None = None,
-    watch_interval_s: float = 30.0,
+    watch_interval_s: float = DEFAULT_TUI_INTERVAL_S,
 ) -> TuiSettings:
     """`specctl FILE` opens FILE; plain `specctl` opens ./cluster.toml if there is one, else
     the embedded default (Save then writes ./cluster.toml)."""
