@@ -27,6 +27,9 @@ from specctl.home import SpecctlHome
 from specctl.planner.gather import different_tokens, read_node_tokens
 
 SPECD_TIMEOUT_S = 180.0  # a specd's `ray start` may take a while on a slow machine
+# ...but its /health answers at once (on its event loop, never behind a busy thread pool): one
+# that does not is hung or not a specd, and is said so within this, not after SPECD_TIMEOUT_S
+SPECD_ANSWER_TIMEOUT_S = 10.0
 SPECD_BUSY_WAIT_S = 120.0  # a stop waits this long for a specd busy with a start
 SPECD_BUSY_POLL_S = 1.0
 HTTP_CONFLICT = 409
@@ -204,6 +207,7 @@ def _specd_start(
     }
     if head is not None:
         body["address"] = head
+    _specd_answers(node)
     data = _specd_call(node, token_file, "POST", "/v1/ray/start", body)
     if fresh_head and not data.get("started"):
         _specd_stop(node, token_file)
@@ -231,6 +235,22 @@ def _specd_stop(node: NodeSpec, token_file: Path) -> None:
             if exc.status != HTTP_CONFLICT or time.monotonic() >= deadline:
                 raise
         time.sleep(SPECD_BUSY_POLL_S)
+
+
+def _specd_answers(node: NodeSpec) -> None:
+    """Raise ClusterUpError unless the node's specd answers /health within
+    SPECD_ANSWER_TIMEOUT_S: a `ray start` is waited for much longer."""
+    try:
+        httpx.get(f"http://{node.specd}/health", timeout=SPECD_ANSWER_TIMEOUT_S)
+    except httpx.TimeoutException:
+        raise ClusterUpError(
+            f"node {node.name}: specd at {node.specd} accepts connections but did not answer "
+            f"/health within {SPECD_ANSWER_TIMEOUT_S:g} s (hung, or not a specd)"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise ClusterUpError(
+            f"node {node.name}: specd at {node.specd} unreachable ({exc})"
+        ) from None
 
 
 def _specd_call(

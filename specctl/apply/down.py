@@ -23,33 +23,33 @@ from specctl.home import SpecctlHome
 logger = logging.getLogger(__name__)
 
 
+class WatchNotStopped(Exception):
+    """The deployment is down, but the home's watch would not stop; the message says why
+    and what is left."""
+
+
 def take_down(
     home: SpecctlHome, events: ApplyEvents, watch_wait_s: float = STOP_WAIT_S
 ) -> list[int]:
     """Stop the deployment recorded under `home`; returns pids that would not die (empty:
-    clean), a watch that would not stop among them. Safe to run twice, and after a partial
-    apply. The home's watch is stopped first: left running, it would keep an apply made after
-    this down. It stops at once, or once a repair under way is done (up to `watch_wait_s`
-    is waited for that). HomeBusyError while an apply or another down runs on the same home,
-    a repair by a watch that did not stop in time included (down again, once it is done,
-    takes the deployment down)."""
-    watch_left = _stop_the_watch(home, events, watch_wait_s)
+    clean). Safe to run twice, and after a partial apply. The home's watch is stopped first:
+    left running, it would keep an apply made after this down. It stops at once, or once an
+    apply it has under way is done (a repair, or its first apply; up to `watch_wait_s` is
+    waited for that). HomeBusyError while an apply or another down runs on the same home,
+    a repair by a watch that did not stop in time included (a down once it is done takes the
+    deployment down). WatchNotStopped, once all else is down, where the watch would not stop
+    (another user's, or its record unreadable)."""
+    stopping = stop_watch(home, watch_wait_s)
+    if stopping.pid is not None or not stopping.stopped:  # a down with none says nothing of it
+        events.step("watch", "done" if stopping.stopped else "failed", stopping.message)
     with home_lock(home, "down"):
-        return watch_left + take_down_unlocked(home, events)
-
-
-def _stop_the_watch(home: SpecctlHome, events: ApplyEvents, wait_s: float) -> list[int]:
-    """The watch's pid where it would not stop (not this process's to signal, or still
-    repairing), else nothing. Said only where a watch ran: a down with none says nothing
-    of it."""
-    stopping = stop_watch(home, wait_s)
-    if stopping.pid is None and stopping.stopped:
-        return []
-    if stopping.stopped:
-        events.step("watch", "done", stopping.message)
-        return []
-    events.step("watch", "failed", stopping.message)
-    return [stopping.pid] if stopping.pid is not None else []
+        leftover = take_down_unlocked(home, events)
+    if not stopping.stopped:
+        alive = f"; processes still alive: {leftover}" if leftover else ""
+        raise WatchNotStopped(
+            f"the deployment is down, but not its watch: {stopping.message}{alive}"
+        )
+    return leftover
 
 
 def take_down_unlocked(home: SpecctlHome, events: ApplyEvents) -> list[int]:

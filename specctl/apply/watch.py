@@ -113,15 +113,23 @@ def watch(
     events.step(STEP, "done", f"stopped watching; {LEFT_AS_IT_IS}")
 
 
+class StopEvent(threading.Event):
+    """Set when a watch is asked to stop. `asked` is true from the signal's handler on; the
+    event itself is set a moment later, from a thread (see stop_on_signals)."""
+
+    asked = False
+
+
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
+def stop_on_signals() -> Iterator[StopEvent]:
     """An event SIGINT and SIGTERM set (a second SIGINT raises KeyboardInterrupt: an apply
     under way is interrupted), the process's handlers put back at the end."""
-    stop = threading.Event()
+    stop = StopEvent()
 
     def asked_to_stop(signum: int, _frame: object) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
+        if stop.asked and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        stop.asked = True
         # set from a thread of its own: the handler runs in the main thread, which may hold
         # the event's lock inside its wait, and set() would wait for it for ever
         threading.Thread(target=stop.set, name="watch-stop").start()

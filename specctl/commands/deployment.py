@@ -21,6 +21,7 @@ from specctl.home import SpecctlHome
 
 if TYPE_CHECKING:
     from specctl.apply.apply import ApplyOptions, ApplyResult
+    from specctl.apply.watch import StopEvent
     from specctl.commands.apply_view import ConsoleEvents, JsonEvents
 
 EXIT_FAILED = 1
@@ -47,12 +48,13 @@ def run_apply(
     out = sys.stdout
     events = JsonEvents(out) if as_json else ConsoleEvents()
     options = ApplyOptions(load_timeout_s=load_timeout_s)
+    stop = None
     with contextlib.ExitStack() as held:
         # with --json, stdout holds JSON lines alone: what Ray prints there from its threads
         # at any moment (a node marked dead, say) goes to stderr
         if as_json:
             held.enter_context(contextlib.redirect_stdout(sys.stderr))
-        stop = record = None
+        record = None
         if watch_s is not None:
             # the home held as its watch before anything is applied (two watches would repair
             # each fault twice), and the signals that end a watch let that apply finish
@@ -69,20 +71,25 @@ def run_apply(
                 result = apply_deployment(config_file, home, events, options)
         except ConfigError as exc:  # one line per issue, each with its file:line: field
             # nodes that did not answer are a failure to reach them, not an invalid file
-            code = _failure_code(stop) if exc.unreachable else EXIT_INVALID
-            return _failed(str(exc), as_json, code, every_line=True, out=out)
+            code = EXIT_FAILED if exc.unreachable else EXIT_INVALID
+            code = _failed(str(exc), as_json, code, every_line=True, out=out)
         except Exception as exc:  # every failure of a step is said in one message
-            return _failed(_why(exc), as_json, _failure_code(stop), out=out)
-        _print_applied(result, as_json, out)
-        if stop is not None and record is not None:
+            code = _failed(_why(exc), as_json, EXIT_FAILED, out=out)
+        else:
+            _print_applied(result, as_json, out)
+            if stop is None or record is None:
+                return 0
             return _watch(home, events, options, record, stop, as_json, out)
-    return 0
+    # the signals' own handlers are back: a signal from here on ends the process (which a
+    # service takes for a stop), and one before it is seen in `stop.asked`
+    return _failure_code(code, stop)
 
 
-def _failure_code(stop: threading.Event | None) -> int:
-    """A failed apply's exit code; a watch asked to stop meanwhile exits EXIT_STOPPED, which
-    its service does not restart (it would apply the file again after a `specctl down`)."""
-    return EXIT_STOPPED if stop is not None and stop.is_set() else EXIT_FAILED
+def _failure_code(code: int, stop: "StopEvent | None") -> int:
+    """A failed apply's exit code: EXIT_STOPPED in place of EXIT_FAILED where a watch was
+    asked to stop meanwhile (its service does not restart that: it would apply the file
+    again after a `specctl down`); an invalid file stays EXIT_INVALID."""
+    return EXIT_STOPPED if code == EXIT_FAILED and stop is not None and stop.asked else code
 
 
 def _watch(

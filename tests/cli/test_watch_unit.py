@@ -1,12 +1,16 @@
 """The user unit that runs `specctl apply FILE --watch` (packaging/systemd): systemd accepts
 it, its command line as the documented environment file expands it is one the CLI takes,
 and the exit statuses its restart policy relies on are the CLI's: an invalid file (2) is not
-tried again, a failed apply (1) is."""
+tried again, a failed apply (1) is, and so is not a first apply that failed after the watch
+was asked to stop (5: by `specctl down`, which would be undone)."""
 
 import configparser
+import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +34,7 @@ def test_the_deployment_outlives_the_watch_and_an_invalid_file_is_not_retried() 
     service = _unit()["Service"]
     assert service["KillMode"] == "process"  # the Ray nodes and server its applies started
     assert service["Restart"] == "on-failure"
-    assert service["RestartPreventExitStatus"].split() == ["2", "4", "126", "127"]
+    assert service["RestartPreventExitStatus"].split() == ["2", "4", "5", "126", "127"]
     assert service["OOMPolicy"] == "continue"
     assert service["EnvironmentFile"] == "%h/.config/specctl/watch.env"
 
@@ -70,6 +74,48 @@ def test_its_command_line_runs_specctl_with_the_exit_statuses_it_relies_on(
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=home)
         assert done.returncode == status, done.stdout + done.stderr
         assert said in done.stderr, done.stderr
+
+
+def test_a_watch_asked_to_stop_during_a_first_apply_that_fails_exits_5(tmp_path: Path) -> None:
+    """SIGTERM (what `specctl down` sends a watch) while the first apply waits on a node's
+    specd that accepts connections but never answers: that apply fails as it would have,
+    and the watch exits 5, which its service does not start again; not 1, which it does
+    (and which would apply the file again 30 s after the down)."""
+    write_token(tmp_path / "t", generate_token(), force=False)
+    with socket.socket() as silent:  # connections wait in its backlog, never answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        cluster = tmp_path / "silent.toml"
+        cluster.write_text(
+            f'[[nodes]]\nname = "a"\nspecd = "127.0.0.1:{port}"\n'
+            f'token_file = "{tmp_path / "t"}"\n\n'
+            f'[[models]]\nname = "m"\npath = "{ROOT / "packaging" / "demo-models" / "target"}"\n\n'
+            '[deployment.verifier]\nmodel = "m"\nnodes = ["a"]\n\n'
+            '[deployment.drafter]\nmodel = "ngram"\n'
+        )
+        env = {**os.environ, "SPECCTL_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+        argv = [sys.executable, "-m", "specctl.cli", "apply", "--json", "--watch", "30"]
+        watching = subprocess.Popen(
+            [*argv, str(cluster)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            assert watching.stdout is not None
+            first = json.loads(watching.stdout.readline())  # the apply has begun
+            watching.send_signal(signal.SIGTERM)
+            out, err = watching.communicate(timeout=120)
+        finally:
+            watching.kill()
+    assert first["name"] == "validate", first
+    assert watching.returncode == 5, out + err
+    outcome = json.loads(out.splitlines()[-1])
+    assert outcome["kind"] == "outcome" and not outcome["is_ok"], out
+    said = f"specd at 127.0.0.1:{port} accepts connections but did not answer /health within"
+    assert said in outcome["message"], outcome  # (not after `ray start`'s three minutes)
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")

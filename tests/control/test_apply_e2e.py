@@ -387,7 +387,6 @@ def test_a_failed_load_after_a_head_restart_and_a_node_added_is_rolled_back(
         named = [(r.get("name"), r.get("state")) for r in steps]
         assert ("verifier r0", "failed") in named, said
         assert ("rollback", "done") in named, said
-        assert "watch" not in {r.get("name") for r in steps}, said  # it never watched
         rolled = next(r for r in steps if r.get("name") == "rollback" and r["state"] == "done")
         assert "stopped the nodes the failed apply had added: spare-node" in rolled["detail"]
         assert "were started again and serve" in steps[-1]["message"], said
@@ -814,7 +813,6 @@ def test_down_leaves_no_process(deployment: tuple[Cli, Path]) -> None:
             watching.kill()
     assert watching.returncode == 0, said + errors
     assert "stopped watching; the deployment is left as it is" in said, said + errors
-    assert "repairing" not in said, said  # what down took down is not applied again
     assert done.returncode == 0, done.stdout + done.stderr
     steps = [json.loads(line) for line in done.stdout.splitlines()]
     watch_step = [(s["state"], s["detail"]) for s in steps if s.get("name") == "watch"]

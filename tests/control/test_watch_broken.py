@@ -7,6 +7,10 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
+
+from specctl.apply import watch as watch_module
+from specctl.apply.state import AppliedState
 from specctl.apply.status import ShardLine, StatusReport
 from specctl.apply.watch import broken, watch
 from specctl.apply.watch_record import holding_watch
@@ -75,3 +79,51 @@ def test_a_watch_ends_once_nothing_is_applied(tmp_path: Path) -> None:
     assert not done.is_alive(), said.getvalue()
     steps = [json.loads(line) for line in said.getvalue().splitlines()]
     assert [s["detail"] for s in steps][-1] == "nothing is applied any more: stopped watching"
+
+
+class _AskedDuringLook(threading.Event):
+    """The stop a signal sets, arriving during the watch's `look`-th look: after its wait
+    returned, before the look is done (the look goes on)."""
+
+    def __init__(self, look: int) -> None:
+        super().__init__()
+        self.look, self.waits = look, 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        if self.waits == self.look:
+            self.set()
+            return False
+        return super().wait(timeout)
+
+
+def test_a_watch_asked_to_stop_during_a_look_repairs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment whose serving process is gone is broken, and the second look in a row
+    would repair it; a SIGTERM (`specctl down`'s) during that look ends the watch instead of
+    starting an apply down would then wait on or find undone."""
+    monkeypatch.setattr(watch_module, "GRACE_S", 0.0)
+    home = SpecctlHome(tmp_path)
+    home.ensure()
+    config = tmp_path / "cluster.toml"
+    config.write_text("# applied\n")
+    state = AppliedState(
+        deployment="d",
+        config_path=str(config),
+        config_text=config.read_text(),
+        plan_json="{}",
+        served_model_name="m",
+        ray_address="127.0.0.1:1",
+        token_file=str(tmp_path / "token"),
+        local_root=None,
+    )
+    state.save(home.state_file)  # and no server.json: the serving process is not running
+    said, repairs = io.StringIO(), []
+    with holding_watch(home, 0.5, str(config)) as record:
+        stop = _AskedDuringLook(2)
+        watch(home, JsonEvents(said), lambda p, t: repairs.append(p), 0.05, stop, record)
+    assert repairs == [], said.getvalue()
+    steps = [json.loads(line) for line in said.getvalue().splitlines()]
+    assert steps[-1]["detail"] == "stopped watching; the deployment is left as it is", steps
+    assert not any(s["detail"].startswith("repairing") for s in steps), steps

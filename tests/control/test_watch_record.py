@@ -3,6 +3,7 @@
 record is none rather than a crash of `status`. The other watch is a real process."""
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from specctl.apply import watch_record
+from specctl.apply.down import WatchNotStopped, take_down
 from specctl.apply.watch_record import WatchRunning, holding_watch, live_watch, stop_watch
+from specctl.commands.apply_view import JsonEvents
 from specctl.home import SpecctlHome
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +59,23 @@ def other_watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sub
     monkeypatch.setattr(watch_record, "READER_GRACE_S", 0.2)  # a refusal waits this long
     with watch_process(tmp_path) as process:
         yield process
+
+
+def test_down_with_a_watch_it_cannot_stop_takes_the_rest_down_and_fails(
+    tmp_path: Path, other_watch: subprocess.Popen[str]
+) -> None:
+    """A watch whose record cannot be read (nobody to signal): down says so in its watch
+    step, takes down what there is (nothing here), then fails naming the watch, rather than
+    saying everything apply started is stopped."""
+    home = SpecctlHome(tmp_path)
+    home.watch_file.write_text("{")
+    said = io.StringIO()
+    with pytest.raises(WatchNotStopped, match="the deployment is down, but not its watch: a "):
+        take_down(home, JsonEvents(said), watch_wait_s=1)
+    steps = [json.loads(line) for line in said.getvalue().splitlines()]
+    assert steps[0]["name"] == "watch" and steps[0]["state"] == "failed", steps
+    assert ("deployment", "skipped") in [(s["name"], s["state"]) for s in steps], steps
+    assert other_watch.poll() is None  # nothing was signalled
 
 
 def test_this_watch_is_seen_while_it_holds_the_home(tmp_path: Path) -> None:
