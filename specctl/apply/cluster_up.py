@@ -238,10 +238,16 @@ def _specd_stop(node: NodeSpec, token_file: Path) -> None:
 
 
 def _specd_answers(node: NodeSpec) -> None:
-    """Raise ClusterUpError unless the node's specd answers /health within
-    SPECD_ANSWER_TIMEOUT_S: a `ray start` is waited for much longer."""
+    """Raise ClusterUpError unless the node's specd answers /health at all (any status: the
+    call that follows says what a wrong one means) within SPECD_ANSWER_TIMEOUT_S: a
+    `ray start` is waited for much longer."""
     try:
         httpx.get(f"http://{node.specd}/health", timeout=SPECD_ANSWER_TIMEOUT_S)
+    except httpx.ConnectTimeout:  # no connection at all: a host down, packets dropped
+        raise ClusterUpError(
+            f"node {node.name}: specd at {node.specd} unreachable (no connection within "
+            f"{SPECD_ANSWER_TIMEOUT_S:g} s)"
+        ) from None
     except httpx.TimeoutException:
         raise ClusterUpError(
             f"node {node.name}: specd at {node.specd} accepts connections but did not answer "

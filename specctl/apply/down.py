@@ -45,10 +45,12 @@ def take_down(
     with home_lock(home, "down"):
         leftover = take_down_unlocked(home, events)
     if not stopping.stopped:
-        alive = f"; processes still alive: {leftover}" if leftover else ""
-        raise WatchNotStopped(
-            f"the deployment is down, but not its watch: {stopping.message}{alive}"
+        rest = (
+            f"processes still alive after down: {leftover}"
+            if leftover
+            else "everything else apply started is stopped"
         )
+        raise WatchNotStopped(f"the watch would not stop ({stopping.message}); {rest}")
     return leftover
 
 

@@ -114,10 +114,14 @@ def watch(
 
 
 class StopEvent(threading.Event):
-    """Set when a watch is asked to stop. `asked` is true from the signal's handler on; the
-    event itself is set a moment later, from a thread (see stop_on_signals)."""
+    """Set when a watch is asked to stop. `asked` is true from the signal's handler on, and
+    is_set() with it; a wait() returns once the event itself is set, a moment later, from a
+    thread (see stop_on_signals)."""
 
     asked = False
+
+    def is_set(self) -> bool:
+        return self.asked or super().is_set()
 
 
 @contextlib.contextmanager

@@ -80,7 +80,7 @@ def run_apply(
             if stop is None or record is None:
                 return 0
             return _watch(home, events, options, record, stop, as_json, out)
-    # the signals' own handlers are back: a signal from here on ends the process (which a
+    # the signals' own handlers are back: a SIGTERM from here on ends the process (which a
     # service takes for a stop), and one before it is seen in `stop.asked`
     return _failure_code(code, stop)
 
@@ -233,7 +233,9 @@ def _failed(
     line of the message is an error of its own (a config file's issues), prefixed as `plan`
     does."""
     if as_json:
-        print(json.dumps({"kind": "outcome", "is_ok": False, "message": message}), file=out)
+        # flushed: a SIGTERM once the handlers are back ends the process before stdout's buffer
+        out_json = json.dumps({"kind": "outcome", "is_ok": False, "message": message})
+        print(out_json, file=out, flush=True)
     lines = message.splitlines() if every_line else [message]
     for line in lines:
         print(f"specctl: error: {line}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """The user unit that runs `specctl apply FILE --watch` (packaging/systemd): systemd accepts
 it, its command line as the documented environment file expands it is one the CLI takes,
 and the exit statuses its restart policy relies on are the CLI's: an invalid file (2) is not
-tried again, a failed apply (1) is, and so is not a first apply that failed after the watch
-was asked to stop (5: by `specctl down`, which would be undone)."""
+tried again; a failed apply (1) is, but not a first apply that failed after the watch was
+asked to stop (5: by `specctl down`, which would be undone)."""
 
 import configparser
 import json
@@ -116,6 +116,37 @@ def test_a_watch_asked_to_stop_during_a_first_apply_that_fails_exits_5(tmp_path:
     assert outcome["kind"] == "outcome" and not outcome["is_ok"], out
     said = f"specd at 127.0.0.1:{port} accepts connections but did not answer /health within"
     assert said in outcome["message"], outcome  # (not after `ray start`'s three minutes)
+
+
+def test_a_stop_asked_as_the_failure_is_said_is_still_exit_5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SIGTERM lands after the apply failed, as its outcome is printed, while the watch's
+    handlers are still in place: exit 5 all the same (the code was decided before the outcome
+    was printed, and came out 1). The apply is the real one, in this process, failing at once
+    on a node whose specd refuses connections."""
+    from specctl.commands import deployment
+
+    write_token(tmp_path / "t", generate_token(), force=False)
+    cluster = tmp_path / "refused.toml"
+    cluster.write_text(
+        f'[[nodes]]\nname = "a"\nspecd = "127.0.0.1:9"\ntoken_file = "{tmp_path / "t"}"\n\n'
+        f'[[models]]\nname = "m"\npath = "{ROOT / "packaging" / "demo-models" / "target"}"\n\n'
+        '[deployment.verifier]\nmodel = "m"\nnodes = ["a"]\n\n'
+        '[deployment.drafter]\nmodel = "ngram"\n'
+    )
+    monkeypatch.setenv("SPECCTL_HOME", str(tmp_path / "home"))
+    said = deployment._failed
+
+    def then_asked_to_stop(*args: object, **kwargs: object) -> int:
+        code = said(*args, **kwargs)  # type: ignore[arg-type]
+        os.kill(os.getpid(), signal.SIGTERM)  # handled by the watch's handler: this goes on
+        return code
+
+    monkeypatch.setattr(deployment, "_failed", then_asked_to_stop)
+    before = signal.getsignal(signal.SIGTERM)
+    assert deployment.run_apply(cluster, True, 60.0, watch_s=30.0) == 5
+    assert signal.getsignal(signal.SIGTERM) is before  # the handlers were put back
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
