@@ -30,6 +30,17 @@ def _unit() -> configparser.ConfigParser:
     return parser
 
 
+def one_node_file(path: Path, specd: str, token_file: Path) -> Path:
+    """A cluster file of one node at `specd` serving the demo target, drafted by n-grams."""
+    path.write_text(
+        f'[[nodes]]\nname = "a"\nspecd = "{specd}"\ntoken_file = "{token_file}"\n\n'
+        f'[[models]]\nname = "m"\npath = "{ROOT / "packaging" / "demo-models" / "target"}"\n\n'
+        '[deployment.verifier]\nmodel = "m"\nnodes = ["a"]\n\n'
+        '[deployment.drafter]\nmodel = "ngram"\n'
+    )
+    return path
+
+
 def test_the_deployment_outlives_the_watch_and_an_invalid_file_is_not_retried() -> None:
     service = _unit()["Service"]
     assert service["KillMode"] == "process"  # the Ray nodes and server its applies started
@@ -57,13 +68,7 @@ def test_its_command_line_runs_specctl_with_the_exit_statuses_it_relies_on(
     broken.write_text("[[nodes]]\nname = 1\n")
     # a node whose specd nothing answers: apply fails (1), and systemd tries again
     write_token(tmp_path / "t", generate_token(), force=False)
-    down = tmp_path / "down.toml"
-    down.write_text(
-        f'[[nodes]]\nname = "a"\nspecd = "127.0.0.1:9"\ntoken_file = "{tmp_path / "t"}"\n\n'
-        f'[[models]]\nname = "m"\npath = "{ROOT / "packaging" / "demo-models" / "target"}"\n\n'
-        '[deployment.verifier]\nmodel = "m"\nnodes = ["a"]\n\n'
-        '[deployment.drafter]\nmodel = "ngram"\n'
-    )
+    down = one_node_file(tmp_path / "down.toml", "127.0.0.1:9", tmp_path / "t")
     cases = ((broken, 2, "broken.toml:2: nodes[0].name"), (down, 1, "specd at 127.0.0.1:9"))
     for cluster, status, said in cases:
         values = {**env_file, "CLUSTER_FILE": str(cluster)}
@@ -86,14 +91,7 @@ def test_a_watch_asked_to_stop_during_a_first_apply_that_fails_exits_5(tmp_path:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
-        cluster = tmp_path / "silent.toml"
-        cluster.write_text(
-            f'[[nodes]]\nname = "a"\nspecd = "127.0.0.1:{port}"\n'
-            f'token_file = "{tmp_path / "t"}"\n\n'
-            f'[[models]]\nname = "m"\npath = "{ROOT / "packaging" / "demo-models" / "target"}"\n\n'
-            '[deployment.verifier]\nmodel = "m"\nnodes = ["a"]\n\n'
-            '[deployment.drafter]\nmodel = "ngram"\n'
-        )
+        cluster = one_node_file(tmp_path / "silent.toml", f"127.0.0.1:{port}", tmp_path / "t")
         env = {**os.environ, "SPECCTL_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
         argv = [sys.executable, "-m", "specctl.cli", "apply", "--json", "--watch", "30"]
         watching = subprocess.Popen(
@@ -128,13 +126,7 @@ def test_a_stop_asked_as_the_failure_is_said_is_still_exit_5(
     from specctl.commands import deployment
 
     write_token(tmp_path / "t", generate_token(), force=False)
-    cluster = tmp_path / "refused.toml"
-    cluster.write_text(
-        f'[[nodes]]\nname = "a"\nspecd = "127.0.0.1:9"\ntoken_file = "{tmp_path / "t"}"\n\n'
-        f'[[models]]\nname = "m"\npath = "{ROOT / "packaging" / "demo-models" / "target"}"\n\n'
-        '[deployment.verifier]\nmodel = "m"\nnodes = ["a"]\n\n'
-        '[deployment.drafter]\nmodel = "ngram"\n'
-    )
+    cluster = one_node_file(tmp_path / "refused.toml", "127.0.0.1:9", tmp_path / "t")
     monkeypatch.setenv("SPECCTL_HOME", str(tmp_path / "home"))
     said = deployment._failed
 

@@ -284,13 +284,7 @@ def test_a_model_that_fails_to_load_after_the_check_is_rolled_back(
     cli, config = deployment
     before = cli.status()
     text = config.read_text()
-    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
-    weights = copy / "model.safetensors"
-    spare = cli.ray_root() / "spare-node"
-    changed = text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"')
-    changed = changed.replace('nodes = ["verifier-node"]', 'nodes = ["spare-node"]')
-    node = '[[nodes]]\nname = "spare-node"\nspecd = "local"\n\n[[models]]'
-    config.write_text(changed.replace("[[models]]", node, 1))
+    weights, spare = _verifier_moved_to_a_new_node(cli, config, tmp_path)
     try:
         code, steps, said = _apply_cutting(cli, config, weights, ("check models", "done"))
         assert code == 1, said
@@ -371,13 +365,7 @@ def test_a_failed_load_after_a_head_restart_and_a_node_added_is_rolled_back(
     cli, config = deployment
     before = cli.status()
     text = config.read_text()
-    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
-    weights = copy / "model.safetensors"
-    spare = cli.ray_root() / "spare-node"
-    changed = text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"')
-    changed = changed.replace('nodes = ["verifier-node"]', 'nodes = ["spare-node"]')
-    node = '[[nodes]]\nname = "spare-node"\nspecd = "local"\n\n[[models]]'
-    config.write_text(changed.replace("[[models]]", node, 1))
+    weights, spare = _verifier_moved_to_a_new_node(cli, config, tmp_path)
     (raylet,) = raylet_pids(cli.ray_root() / "verifier-node")  # the head
     os.kill(raylet, signal.SIGKILL)
     try:
@@ -403,6 +391,18 @@ def test_a_failed_load_after_a_head_restart_and_a_node_added_is_rolled_back(
     finally:
         config.write_text(text)
     _runs_already(cli, config)  # the last good file again
+
+
+def _verifier_moved_to_a_new_node(cli: Cli, config: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Write `config` to move the verifier, with a copy of the target, to a node it adds
+    ("spare-node"); the copy's weights file (to cut) and the new node's Ray root."""
+    text = config.read_text()
+    copy = Path(shutil.copytree(DEMO_TARGET, tmp_path / "target-copy"))
+    changed = text.replace(f'path = "{DEMO_TARGET}"', f'path = "{copy}"')
+    changed = changed.replace('nodes = ["verifier-node"]', 'nodes = ["spare-node"]')
+    node = '[[nodes]]\nname = "spare-node"\nspecd = "local"\n\n[[models]]'
+    config.write_text(changed.replace("[[models]]", node, 1))
+    return copy / "model.safetensors", cli.ray_root() / "spare-node"
 
 
 def _runs_already(cli: Cli, config: Path) -> None:
