@@ -49,7 +49,7 @@ WATCH_INTERVALS = f"a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL
 
 
 def _is_watch_interval(seconds: float) -> bool:
-    """NaN fails both comparisons; infinity, and a day or more, would overflow the wait."""
+    """NaN fails both comparisons; past a day is refused (past ~9e9 s the wait overflows)."""
     return MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S
 
 
