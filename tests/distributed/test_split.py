@@ -136,7 +136,12 @@ def _drafted(pair: Pair) -> int:
 def test_drafter_and_verifier_run_on_different_nodes(pairs: dict[str, Pair]) -> None:
     for pair in pairs.values():
         verifier = ray.get(pair.verifier.status.remote(), timeout=30)
-        drafter = ray.get(pair.drafter.status.remote(), timeout=30)
+        # the fixture waits for the verifier to serve, not for the drafter: its load runs in
+        # the background (an n-gram drafter's too), and on a loaded machine it was still
+        # "loading" when this read its status
+        drafter = ray.get(
+            pair.drafter.wait_ready.remote(LOAD_TIMEOUT_S), timeout=LOAD_TIMEOUT_S + 30
+        )
         assert (verifier.node_name, drafter.node_name) == (VERIFIER_NODE, DRAFTER_NODE)
         assert verifier.node_id != drafter.node_id
         assert drafter.state == "ready", drafter.error
