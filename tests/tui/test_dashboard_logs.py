@@ -23,6 +23,7 @@ from tests.tui.helpers import (
     wait_for_text,
     wait_until,
 )
+from tui.app import SpecctlApp
 from tui.core.launch import WATCH_LOG_NAME
 
 pytestmark = pytest.mark.anyio
@@ -121,26 +122,33 @@ async def test_a_store_held_by_another_process_never_freezes_the_screen(
         await wait_until(pilot, lambda: "busy" not in screen_text(app), "store free again")
 
 
-async def test_the_server_log_is_followed_live(tmp_path: Path) -> None:
+def _logs_home(tmp_path: Path) -> tuple[Path, SpecctlApp]:
+    """A home with no log yet, and an app on it whose Logs screen looks every 0.2 s."""
     home = tmp_path / "home"
     home.mkdir()
-    app = make_app(LOCAL_TOML, home, logs_refresh_s=0.2)
+    return home, make_app(LOCAL_TOML, home, logs_refresh_s=0.2)
+
+
+def _append(path: Path, line: str) -> None:
+    with path.open("a") as log:
+        log.write(line + "\n")
+
+
+async def test_the_server_log_is_followed_live(tmp_path: Path) -> None:
+    home, app = _logs_home(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("6")
         await wait_for_text(pilot, "no log yet")
         (home / "server.log").write_text("INFO serving on 127.0.0.1:8000\n")
         await wait_for_text(pilot, "INFO serving on 127.0.0.1:8000", "1 line(s), following")
-        with (home / "server.log").open("a") as log:
-            log.write("INFO request cmpl-1 done\n")
+        _append(home / "server.log", "INFO request cmpl-1 done")
         await wait_for_text(pilot, "INFO request cmpl-1 done", "2 line(s)")
         await pilot.press("c")
         await wait_until(pilot, lambda: "cmpl-1" not in screen_text(app), "cleared")
 
 
 async def test_the_log_of_a_watch_started_here_is_a_source_once_it_exists(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    app = make_app(LOCAL_TOML, home, logs_refresh_s=0.2)
+    home, app = _logs_home(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("6")
         await wait_for_text(pilot, "server.log: no log yet")
@@ -151,8 +159,7 @@ async def test_the_log_of_a_watch_started_here_is_a_source_once_it_exists(tmp_pa
         await wait_for_text(
             pilot, "09:00:01 watch started: looking every 30 s", "tui-watch.log: 1 line(s)"
         )
-        with (home / WATCH_LOG_NAME).open("a") as log:
-            log.write("09:00:41 watch done: repaired (next look in 60 s)\n")
+        _append(home / WATCH_LOG_NAME, "09:00:41 watch done: repaired (next look in 60 s)")
         await wait_for_text(pilot, "watch done: repaired", "tui-watch.log: 2 line(s)")
 
 
